@@ -1,0 +1,187 @@
+"""SQLAlchemy 2 typed models: the tuning database schema.
+
+These ORM classes stay inside ``database/``; other packages see only the records
+in :mod:`database.records`. JSON-valued columns hold canonical JSON text so that
+every backend (and every notebook) reads them the same way. Timestamps are naive
+UTC, taken from the database's clock (:class:`utcnow`), never the client's.
+
+Rows keyed by a hash (target, workload, candidate, graph_candidate) are written
+once and never updated, except the two latency columns of ``graph_candidate``.
+``measure_result`` is append-only: a repeated measurement is a new row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    CheckConstraint,
+    MetaData,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.functions import FunctionElement
+
+HASH = String(128)
+SESSION_STATUSES = ("running", "finished", "interrupted", "failed")
+
+
+class utcnow(FunctionElement):  # noqa: N801 (an SQL function name)
+    """The database server's current time as naive UTC, with sub-second precision."""
+
+    type = DateTime()
+    inherit_cache = True
+
+
+@compiles(utcnow, "postgresql")
+def _pg_utcnow(element, compiler, **kw) -> str:
+    return "TIMEZONE('utc', STATEMENT_TIMESTAMP())"
+
+
+@compiles(utcnow, "sqlite")
+def _sqlite_utcnow(element, compiler, **kw) -> str:
+    # SQLAlchemy's own SQLite DATETIME text form, so comparisons stay lexicographic.
+    return "STRFTIME('%Y-%m-%d %H:%M:%f000', 'now')"
+
+
+@compiles(utcnow)
+def _default_utcnow(element, compiler, **kw) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every tuning-database table."""
+
+    # Named constraints, so later migrations (and SQLite batch mode) can address them.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class Target(Base):
+    """A compilation target and an RPC device key (a pool of identical devices)."""
+
+    __tablename__ = "target"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    target_hash: Mapped[str] = mapped_column(HASH, unique=True)
+    target_json: Mapped[str] = mapped_column(Text)
+    key: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+
+
+class Workload(Base):
+    """One kernel (PrimFunc), keyed by its structural hash."""
+
+    __tablename__ = "workload"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_hash: Mapped[str] = mapped_column(HASH, unique=True)
+    name: Mapped[str] = mapped_column(Text)
+    op_kind: Mapped[str] = mapped_column(String(32))
+    script: Mapped[str] = mapped_column(Text)
+    shapes_json: Mapped[str] = mapped_column(Text)
+    flops: Mapped[float] = mapped_column(Float)
+    bytes_moved: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+
+
+class Candidate(Base):
+    """A schedule (``s_tir`` trace JSON) of a workload."""
+
+    __tablename__ = "candidate"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    candidate_hash: Mapped[str] = mapped_column(HASH, unique=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workload.id"), index=True)
+    trace_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+
+
+class TuningSession(Base):
+    """One ``tune`` invocation."""
+
+    __tablename__ = "session"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('running', 'finished', 'interrupted', 'failed')",
+            name="status",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    args: Mapped[str] = mapped_column(Text)  # JSON object
+    model_source: Mapped[str] = mapped_column(Text)
+    model_hash: Mapped[str] = mapped_column(HASH, index=True)
+    code_version: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class MeasureResult(Base):
+    """One measurement of a candidate on a target (append-only)."""
+
+    __tablename__ = "measure_result"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), index=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("target.id"), index=True)
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("session.id"), index=True)
+    status: Mapped[str] = mapped_column(String(32))
+    times_s: Mapped[str] = mapped_column(Text)  # JSON list of repeat times, seconds
+    median_s: Mapped[float | None] = mapped_column(Float)
+    mean_s: Mapped[float | None] = mapped_column(Float)
+    min_s: Mapped[float | None] = mapped_column(Float)
+    stdev_s: Mapped[float | None] = mapped_column(Float)
+    build_time_s: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    worker: Mapped[str] = mapped_column(String(255), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+
+
+Index("ix_measure_result_target_candidate", MeasureResult.target_id, MeasureResult.candidate_id)
+
+
+class CostModelVersion(Base):
+    """A serialized XGBoost booster trained for one target and feature version."""
+
+    __tablename__ = "cost_model_version"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("target.id"), index=True)
+    feature_version: Mapped[str] = mapped_column(String(64))
+    booster: Mapped[bytes] = mapped_column(LargeBinary)
+    record_count: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[str] = mapped_column(Text)  # JSON object
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+
+
+class GraphCandidate(Base):
+    """An extracted program of a model and its end-to-end latencies (seconds)."""
+
+    __tablename__ = "graph_candidate"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    graph_hash: Mapped[str] = mapped_column(HASH, unique=True)
+    model_hash: Mapped[str] = mapped_column(HASH, index=True)
+    term_text: Mapped[str] = mapped_column(Text)
+    workload_hashes: Mapped[str] = mapped_column(Text)  # JSON list
+    predicted_latency_s: Mapped[float | None] = mapped_column(Float)
+    measured_latency_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())

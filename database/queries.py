@@ -1,0 +1,139 @@
+"""Read queries over measurements: resume, best-so-far and training sets.
+
+Every query is scoped to one target (a target JSON plus a device key): a
+measurement taken on one target never answers a question about another.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.engine import Connection
+
+from .models import Candidate, MeasureResult, Target, Workload
+from .records import CandidateRecord, MeasureRecord, TrainingRow
+
+_IN_CHUNK = 500  # bound parameters per IN list, well under every backend's limit
+
+
+def chunks(items: list, size: int = _IN_CHUNK) -> Iterable[list]:
+    """Consecutive slices of ``items`` of at most ``size`` elements."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def ids_by_hash(conn: Connection, hash_column, hashes: Iterable[str]) -> dict[str, int]:
+    """Map each known hash of ``hash_column`` (e.g. ``Workload.workload_hash``) to its row id."""
+    id_column = hash_column.class_.id
+    found: dict[str, int] = {}
+    for part in chunks(sorted(set(hashes))):
+        rows = conn.execute(select(hash_column, id_column).where(hash_column.in_(part)))
+        found.update({h: i for h, i in rows})
+    return found
+
+
+def target_id(conn: Connection, target_hash: str) -> int | None:
+    """The row id of a target hash, or None when it is unknown."""
+    return conn.scalar(select(Target.id).where(Target.target_hash == target_hash))
+
+
+def _latest_ids(target: int, *, ok_only: bool, workload_ids: list[int] | None) -> Select:
+    """Ids of the newest measurement per candidate on a target.
+
+    With ``ok_only``, only ``ok`` rows count and a candidate that ever gave a
+    ``wrong_result`` on this target is left out entirely.
+    """
+    query = select(func.max(MeasureResult.id)).where(MeasureResult.target_id == target)
+    if workload_ids is not None:
+        query = query.join(Candidate, Candidate.id == MeasureResult.candidate_id).where(
+            Candidate.workload_id.in_(workload_ids)
+        )
+    if ok_only:
+        wrong = select(MeasureResult.candidate_id).where(
+            MeasureResult.target_id == target, MeasureResult.status == "wrong_result"
+        )
+        query = query.where(
+            MeasureResult.status == "ok", MeasureResult.candidate_id.not_in(wrong)
+        )
+    return query.group_by(MeasureResult.candidate_id)
+
+
+def measured_candidates(
+    conn: Connection, workload_hash: str, target_hash: str
+) -> dict[str, MeasureRecord]:
+    """The newest measurement (any status) per candidate of a workload on a target."""
+    target = target_id(conn, target_hash)
+    workload = conn.scalar(select(Workload.id).where(Workload.workload_hash == workload_hash))
+    if target is None or workload is None:
+        return {}
+    latest = _latest_ids(target, ok_only=False, workload_ids=[workload])
+    rows = conn.execute(
+        select(MeasureResult, Candidate.candidate_hash)
+        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
+        .where(MeasureResult.id.in_(latest))
+    )
+    return {
+        candidate_hash: MeasureRecord(
+            candidate_hash=candidate_hash,
+            workload_hash=workload_hash,
+            target_hash=target_hash,
+            status=m.status,
+            times_s=tuple(json.loads(m.times_s)),
+            build_time_s=m.build_time_s,
+            error=m.error,
+            worker=m.worker,
+            session_id=m.session_id,
+        )
+        for m, candidate_hash in rows
+    }
+
+
+def best(
+    conn: Connection, workload_hash: str, target_hash: str
+) -> tuple[CandidateRecord, float] | None:
+    """The candidate of a workload with the least newest ``ok`` median on a target."""
+    target = target_id(conn, target_hash)
+    workload = conn.scalar(select(Workload.id).where(Workload.workload_hash == workload_hash))
+    if target is None or workload is None:
+        return None
+    latest = _latest_ids(target, ok_only=True, workload_ids=[workload])
+    row = conn.execute(
+        select(Candidate.trace_json, MeasureResult.median_s)
+        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
+        .where(MeasureResult.id.in_(latest), MeasureResult.median_s.is_not(None))
+        .order_by(MeasureResult.median_s, MeasureResult.id)
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    return CandidateRecord(workload_hash=workload_hash, trace_json=row.trace_json), row.median_s
+
+
+def training_rows(
+    conn: Connection, target_hash: str, workload_hashes: list[str] | None = None
+) -> list[TrainingRow]:
+    """Newest ``ok`` median per candidate on a target, ordered by workload then candidate."""
+    target = target_id(conn, target_hash)
+    if target is None:
+        return []
+    workload_ids = None
+    if workload_hashes is not None:
+        workload_ids = list(ids_by_hash(conn, Workload.workload_hash, workload_hashes).values())
+        if not workload_ids:
+            return []
+    latest = _latest_ids(target, ok_only=True, workload_ids=workload_ids)
+    rows = conn.execute(
+        select(
+            Workload.workload_hash,
+            Candidate.candidate_hash,
+            Candidate.trace_json,
+            MeasureResult.median_s,
+        )
+        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
+        .join(Workload, Workload.id == Candidate.workload_id)
+        .where(MeasureResult.id.in_(latest), MeasureResult.median_s.is_not(None))
+        .order_by(Workload.workload_hash, Candidate.candidate_hash)
+    )
+    return [TrainingRow(*row) for row in rows]

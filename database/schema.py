@@ -1,0 +1,152 @@
+"""Schema versions: Alembic, run from code, with a check on every open.
+
+The migration scripts live in ``database/migrations``; the revision table is
+``tune_alembic_version`` so that another Alembic-managed tool can share the
+database. No ``alembic.ini`` is needed: the configuration is built here.
+
+Policy: an empty database is created at the newest revision when it is first
+opened; any other difference between the database's revision and the code's is
+an error, and only :func:`upgrade` (``tune db upgrade``) migrates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Engine, inspect, text
+from sqlalchemy.engine import Connection
+
+from .models import Base
+from .session import DatabaseError, create_engine_for, display_url, resolve_url, transaction
+
+VERSION_TABLE = "tune_alembic_version"
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# Serialises schema creation among PostgreSQL clients (pg_advisory_xact_lock key).
+_PG_SCHEMA_LOCK = 0x74756E65
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic configuration for this package, optionally bound to a connection."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["version_table"] = VERSION_TABLE
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision the code knows."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the migrations directory has no revision"
+    return head
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision recorded in the database, or None when it has none."""
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _has_tune_tables(conn: Connection) -> bool:
+    names = set(inspect(conn).get_table_names())
+    return bool(names & set(Base.metadata.tables))
+
+
+def _lock_schema(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK})
+
+
+def _is_known(revision: str) -> bool:
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def ensure_schema(engine: Engine) -> str:
+    """Check the schema revision of an engine's database; create it when empty.
+
+    Returns
+    -------
+    str
+        The database's revision (the code's head).
+
+    Raises
+    ------
+    DatabaseError
+        When the schema is older or newer than the code, or tables exist without
+        a recorded revision.
+    """
+    with transaction(engine, write=False) as conn:
+        revision = current_revision(conn)
+        empty = revision is None and not _has_tune_tables(conn)
+    if empty:
+        with transaction(engine) as conn:
+            _lock_schema(conn)
+            revision = current_revision(conn)
+            if revision is None and not _has_tune_tables(conn):
+                command.upgrade(alembic_config(conn), "head")
+                revision = current_revision(conn)
+    head = head_revision()
+    url = display_url(engine.url)
+    if revision == head:
+        return revision
+    if revision is None:
+        raise DatabaseError(
+            f"database {url} has tuning tables but no schema revision in "
+            f"{VERSION_TABLE}: it was not made by this tool's migrations"
+        )
+    if _is_known(revision):
+        raise DatabaseError(
+            f"database schema is at revision {revision}, code expects {head}: "
+            f"run `tune db upgrade --db {url}`"
+        )
+    raise DatabaseError(
+        f"database schema is at revision {revision}, which this code does not know "
+        f"(it expects {head}): the database was written by a newer version; "
+        f"upgrade this tool instead of using it on {url}"
+    )
+
+
+def upgrade(url: str | None = None, revision: str = "head") -> str:
+    """Migrate a database to ``revision`` (``tune db upgrade``).
+
+    Parameters
+    ----------
+    url : str, optional
+        The database URL, resolved as in :func:`database.open_database`.
+    revision : str
+        The target revision; the newest by default.
+
+    Returns
+    -------
+    str
+        The database's revision after the upgrade.
+
+    Raises
+    ------
+    DatabaseError
+        When the database cannot be reached or its revision is unknown to this code.
+    """
+    engine = create_engine_for(resolve_url(url))
+    try:
+        with transaction(engine) as conn:
+            _lock_schema(conn)
+            before = current_revision(conn)
+            if before is not None and not _is_known(before):
+                raise DatabaseError(
+                    f"database schema is at revision {before}, which this code does "
+                    f"not know: upgrade this tool first"
+                )
+            command.upgrade(alembic_config(conn), revision)
+            after = current_revision(conn)
+    finally:
+        engine.dispose()
+    return after or ""

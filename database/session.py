@@ -1,0 +1,220 @@
+"""Engine setup, the transaction helper and the error mapping.
+
+SQLite (the default, a file in the working directory) runs in WAL mode with a busy
+timeout, foreign keys on, and ``BEGIN IMMEDIATE`` for write transactions, so that
+several processes can share one file. PostgreSQL is reached through psycopg 3
+(``postgresql+psycopg://``) with one pre-pinging pool per process.
+
+Every driver error that leaves this package is a :class:`DatabaseError` whose
+message is one line and names the URL with its password hidden.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection, URL, make_url
+
+if TYPE_CHECKING:
+    from .store import Database
+
+DEFAULT_URL = "sqlite:///tune.db"
+URL_ENV = "TUNE_DB"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+POSTGRES_CONNECT_TIMEOUT_S = 10
+_EXAMPLE_URLS = "sqlite:///tune.db or postgresql+psycopg://USER@HOST:5432/DB"
+
+
+class DatabaseError(RuntimeError):
+    """A tuning-database failure, with a one-line message free of passwords."""
+
+
+def resolve_url(url: str | None = None) -> URL:
+    """Pick the database URL and normalise its driver.
+
+    Parameters
+    ----------
+    url : str, optional
+        An explicit URL. When None, the ``TUNE_DB`` environment variable is used,
+        and when that is unset or empty, ``sqlite:///tune.db`` (a file in the
+        current directory).
+
+    Returns
+    -------
+    sqlalchemy.engine.URL
+        The parsed URL; a bare ``postgresql://`` (or ``postgres://``) becomes
+        ``postgresql+psycopg://``.
+
+    Raises
+    ------
+    DatabaseError
+        When the URL cannot be parsed or names an unknown backend.
+    """
+    text = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    try:
+        parsed = make_url(text)
+    except sa_exc.ArgumentError:
+        raise DatabaseError(
+            f"malformed database URL (expected e.g. {_EXAMPLE_URLS})"
+        ) from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def display_url(url: URL | str) -> str:
+    """The URL as text with its password replaced by ``***``."""
+    if isinstance(url, str):
+        try:
+            url = make_url(url)
+        except sa_exc.ArgumentError:
+            return "<malformed URL>"
+    return url.render_as_string(hide_password=True)
+
+
+def create_engine_for(url: URL) -> Engine:
+    """Create an engine with the per-backend settings described in the module docstring.
+
+    Parameters
+    ----------
+    url : sqlalchemy.engine.URL
+        A URL from :func:`resolve_url`.
+
+    Raises
+    ------
+    DatabaseError
+        When the backend is unsupported or its driver is not installed.
+    """
+    backend = url.get_backend_name()
+    try:
+        if backend == "sqlite":
+            engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+            _configure_sqlite(engine)
+        elif backend == "postgresql":
+            connect_args = {}
+            if "connect_timeout" not in url.query:
+                connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+            engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        else:
+            raise DatabaseError(
+                f"unsupported database backend {backend!r} in {display_url(url)} "
+                f"(use {_EXAMPLE_URLS})"
+            )
+    except (sa_exc.ArgumentError, ImportError) as exc:
+        raise DatabaseError(f"cannot use database URL {display_url(url)}: {exc}") from None
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """WAL, busy timeout, foreign keys; SQLAlchemy (not sqlite3) emits BEGIN."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, connection_record) -> None:
+        # Take transaction control away from sqlite3 (SQLAlchemy's pysqlite recipe).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute("PRAGMA journal_mode = WAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A write transaction takes the write lock up front, so it waits on the busy
+        # timeout instead of failing later when a reader tries to upgrade its lock.
+        read_only = conn.get_execution_options().get("tune_read_only", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+@contextmanager
+def transaction(engine: Engine, *, write: bool = True) -> Iterator[Connection]:
+    """A connection inside one transaction: committed on success, rolled back on error.
+
+    Parameters
+    ----------
+    engine : sqlalchemy.Engine
+        An engine from :func:`create_engine_for`.
+    write : bool
+        False for a read-only transaction (a deferred ``BEGIN`` on SQLite, so
+        readers never wait on the write lock).
+
+    Raises
+    ------
+    DatabaseError
+        For every driver error, with a one-line message naming the URL without
+        its password.
+    """
+    try:
+        with engine.connect() as conn:
+            if not write:
+                conn.execution_options(tune_read_only=True)
+            with conn.begin():
+                yield conn
+    except sa_exc.SQLAlchemyError as exc:
+        raise translate_error(exc, engine.url) from None
+
+
+def translate_error(exc: BaseException, url: URL) -> DatabaseError:
+    """Map a SQLAlchemy or driver exception to a one-line :class:`DatabaseError`."""
+    orig = getattr(exc, "orig", None)
+    reason = str(orig if orig is not None else exc)
+    reason = re.sub(r"\s+", " ", reason).strip()
+    if url.password:
+        reason = reason.replace(str(url.password), "***")
+    hint = _hint(reason)
+    message = f"database {display_url(url)}: {reason}"
+    return DatabaseError(f"{message} ({hint})" if hint else message)
+
+
+_HINTS = (
+    ("unable to open database file", "check that the directory exists and is writable"),
+    ("readonly database", "the database file or its directory is read-only"),
+    ("file is not a database", "the file exists but is not a SQLite database"),
+    ("connection refused", "is the PostgreSQL server running and reachable?"),
+)
+
+
+def _hint(reason: str) -> str:
+    lowered = reason.lower()
+    return next((hint for needle, hint in _HINTS if needle in lowered), "")
+
+
+def open_database(url: str | None = None) -> Database:
+    """Open the tuning database, creating its schema when the database is empty.
+
+    Parameters
+    ----------
+    url : str, optional
+        A SQLAlchemy URL; when None, ``TUNE_DB`` from the environment, else
+        ``sqlite:///tune.db`` in the current directory.
+
+    Returns
+    -------
+    Database
+        The opened database; call :meth:`Database.close` when done.
+
+    Raises
+    ------
+    DatabaseError
+        When the database cannot be reached, is not a database, or its schema
+        is older (run ``tune db upgrade``) or newer than this code.
+    """
+    from .schema import ensure_schema
+    from .store import Database
+
+    parsed = resolve_url(url)
+    engine = create_engine_for(parsed)
+    try:
+        ensure_schema(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return Database(engine)

@@ -1,0 +1,438 @@
+"""The tuning database: the one object other packages talk to.
+
+Contract
+--------
+- Rows keyed by a hash (targets, workloads, candidates, graph candidates) are
+  inserted with ``INSERT ... ON CONFLICT DO NOTHING``: adding the same record
+  twice, from any number of processes, leaves one row and never raises. The
+  first writer's content wins; a hash stands for its content.
+- Measurements are append-only: every call adds rows, nothing updates or
+  deletes them. Each batch is one transaction (all rows or none).
+- Every query takes a target hash; results measured on one target never answer
+  for another.
+- Methods are safe to call from several threads (each call takes its own pooled
+  connection and transaction). A child process must open its own ``Database``.
+- Every failure raises :class:`~database.session.DatabaseError`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from datetime import timedelta
+from importlib import metadata
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from . import queries
+from .models import (
+    Base,
+    Candidate,
+    CostModelVersion,
+    GraphCandidate,
+    MeasureResult,
+    Target,
+    TuningSession,
+    Workload,
+    utcnow,
+)
+from .records import (
+    CandidateRecord,
+    GraphCandidateRecord,
+    MeasureRecord,
+    TargetRecord,
+    TrainingRow,
+    WorkloadRecord,
+    canonical_json,
+)
+from .session import DatabaseError, display_url, transaction
+
+END_STATUSES = ("finished", "interrupted", "failed")
+
+
+def _code_version() -> str:
+    try:
+        return metadata.version("tune")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _insert_ignore(conn, model, key: str, rows: list[dict]) -> None:
+    """Insert rows, skipping those whose unique ``key`` already exists."""
+    if not rows:
+        return
+    insert = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
+    unique = list({row[key]: row for row in rows}.values())
+    conn.execute(insert(model).on_conflict_do_nothing(index_elements=[key]), unique)
+
+
+def _require_ids(conn, hash_column, hashes: list[str], what: str, hint: str) -> dict[str, int]:
+    found = queries.ids_by_hash(conn, hash_column, hashes)
+    missing = sorted(set(hashes) - found.keys())
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise DatabaseError(f"unknown {what} {missing[0]}{more}: {hint} first")
+    return found
+
+
+def measure_stats(times_s: tuple[float, ...]) -> dict[str, float | None]:
+    """Median, mean, min and sample standard deviation of repeat times (seconds).
+
+    All are None when there are no times; the deviation is 0 for a single time.
+    """
+    if not times_s:
+        return {"median_s": None, "mean_s": None, "min_s": None, "stdev_s": None}
+    return {
+        "median_s": statistics.median(times_s),
+        "mean_s": statistics.fmean(times_s),
+        "min_s": min(times_s),
+        "stdev_s": statistics.stdev(times_s) if len(times_s) > 1 else 0.0,
+    }
+
+
+class Database:
+    """A tuning database opened by :func:`database.open_database`.
+
+    Parameters
+    ----------
+    engine : sqlalchemy.Engine
+        An engine whose schema has been checked; the ``Database`` owns it.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def url_display(self) -> str:
+        """The database URL with its password hidden."""
+        return display_url(self._engine.url)
+
+    def __repr__(self) -> str:
+        return f"Database({self.url_display!r})"
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+    # -- sessions ---------------------------------------------------------
+
+    def start_session(
+        self, args: dict, model_source: str, model_hash: str, *, code_version: str | None = None
+    ) -> int:
+        """Record the start of a ``tune`` invocation and return its session id.
+
+        Parameters
+        ----------
+        args : dict
+            The invocation's arguments (stored as JSON; other values as ``str``).
+        model_source : str
+            Where the model came from (a Hugging Face name, a file path).
+        model_hash : str
+            The model's hash.
+        code_version : str, optional
+            Defaults to the installed ``tune`` package version.
+        """
+        args_json = json.dumps(args, sort_keys=True, default=str)
+        with transaction(self._engine) as conn:
+            result = conn.execute(
+                TuningSession.__table__.insert().values(
+                    args=args_json,
+                    model_source=model_source,
+                    model_hash=model_hash,
+                    code_version=code_version or _code_version(),
+                    status="running",
+                )
+            )
+            return int(result.inserted_primary_key[0])
+
+    def heartbeat(self, session_id: int) -> None:
+        """Stamp a session as alive now (database time)."""
+        self._update_session(session_id, heartbeat_at=utcnow())
+
+    def finish_session(self, session_id: int, status: str = "finished") -> None:
+        """End a session with ``status``: ``finished``, ``interrupted`` or ``failed``."""
+        if status not in END_STATUSES:
+            raise ValueError(f"session status must be one of {END_STATUSES}, not {status!r}")
+        self._update_session(session_id, status=status, ended_at=utcnow(), heartbeat_at=utcnow())
+
+    def _update_session(self, session_id: int, **values) -> None:
+        with transaction(self._engine) as conn:
+            result = conn.execute(
+                update(TuningSession).where(TuningSession.id == session_id).values(**values)
+            )
+            if result.rowcount == 0:
+                raise DatabaseError(f"no tuning session with id {session_id}")
+
+    def mark_stale_sessions_interrupted(self, older_than_s: float) -> int:
+        """Mark ``running`` sessions silent for over ``older_than_s`` seconds as interrupted.
+
+        Their end time is their last heartbeat. Returns how many were marked.
+        """
+        with transaction(self._engine) as conn:
+            cutoff = conn.scalar(select(utcnow())) - timedelta(seconds=older_than_s)
+            result = conn.execute(
+                update(TuningSession)
+                .where(TuningSession.status == "running", TuningSession.heartbeat_at < cutoff)
+                .values(status="interrupted", ended_at=TuningSession.heartbeat_at)
+            )
+            return result.rowcount
+
+    def session_trials(self, session_id: int) -> int:
+        """The number of measurements (any status) recorded by a session."""
+        with transaction(self._engine, write=False) as conn:
+            return conn.scalar(
+                select(func.count())
+                .select_from(MeasureResult)
+                .where(MeasureResult.session_id == session_id)
+            )
+
+    # -- keyed records ----------------------------------------------------
+
+    def add_target(self, target: TargetRecord) -> None:
+        """Add a target (idempotent by its hash)."""
+        row = {"target_hash": target.target_hash, "target_json": target.target_json, "key": target.key}
+        with transaction(self._engine) as conn:
+            _insert_ignore(conn, Target, "target_hash", [row])
+
+    def add_workload(self, workload: WorkloadRecord) -> None:
+        """Add a workload (idempotent by its hash)."""
+        row = {
+            "workload_hash": workload.workload_hash,
+            "name": workload.name,
+            "op_kind": workload.op_kind,
+            "script": workload.script,
+            "shapes_json": workload.shapes_json,
+            "flops": float(workload.flops),
+            "bytes_moved": float(workload.bytes_moved),
+        }
+        with transaction(self._engine) as conn:
+            _insert_ignore(conn, Workload, "workload_hash", [row])
+
+    def get_workload(self, workload_hash: str) -> WorkloadRecord | None:
+        """The workload with this hash, or None."""
+        with transaction(self._engine, write=False) as conn:
+            w = conn.scalars(select(Workload).where(Workload.workload_hash == workload_hash)).first()
+            if w is None:
+                return None
+            return WorkloadRecord(
+                workload_hash=w.workload_hash,
+                name=w.name,
+                op_kind=w.op_kind,
+                script=w.script,
+                shapes_json=w.shapes_json,
+                flops=w.flops,
+                bytes_moved=w.bytes_moved,
+            )
+
+    def add_candidates(self, candidates: list[CandidateRecord]) -> None:
+        """Add schedule candidates in one transaction (idempotent by hash).
+
+        Raises
+        ------
+        DatabaseError
+            When a candidate's workload has not been added.
+        """
+        if not candidates:
+            return
+        with transaction(self._engine) as conn:
+            workload_ids = _require_ids(
+                conn,
+                Workload.workload_hash,
+                [c.workload_hash for c in candidates],
+                "workload",
+                "add_workload",
+            )
+            rows = [
+                {
+                    "candidate_hash": c.candidate_hash,
+                    "workload_id": workload_ids[c.workload_hash],
+                    "trace_json": c.trace_json,
+                }
+                for c in candidates
+            ]
+            _insert_ignore(conn, Candidate, "candidate_hash", rows)
+
+    # -- measurements -----------------------------------------------------
+
+    def add_measure_results(self, results: list[MeasureRecord]) -> None:
+        """Append measurements in one transaction; statistics come from ``times_s``.
+
+        Raises
+        ------
+        DatabaseError
+            When a candidate, target or session is unknown, or a record's
+            workload hash disagrees with its candidate's.
+        """
+        if not results:
+            return
+        with transaction(self._engine) as conn:
+            candidate_ids = _require_ids(
+                conn,
+                Candidate.candidate_hash,
+                [r.candidate_hash for r in results],
+                "candidate",
+                "add_candidates",
+            )
+            target_ids = _require_ids(
+                conn, Target.target_hash, [r.target_hash for r in results], "target", "add_target"
+            )
+            self._check_workloads(conn, results)
+            rows = [
+                {
+                    "candidate_id": candidate_ids[r.candidate_hash],
+                    "target_id": target_ids[r.target_hash],
+                    "session_id": r.session_id,
+                    "status": r.status,
+                    "times_s": json.dumps([float(t) for t in r.times_s]),
+                    **measure_stats(r.times_s),
+                    "build_time_s": float(r.build_time_s),
+                    "error": r.error,
+                    "worker": r.worker,
+                }
+                for r in results
+            ]
+            conn.execute(MeasureResult.__table__.insert(), rows)
+
+    @staticmethod
+    def _check_workloads(conn, results: list[MeasureRecord]) -> None:
+        expected = {r.candidate_hash: r.workload_hash for r in results}
+        for part in queries.chunks(sorted(expected)):
+            rows = conn.execute(
+                select(Candidate.candidate_hash, Workload.workload_hash)
+                .join(Workload, Workload.id == Candidate.workload_id)
+                .where(Candidate.candidate_hash.in_(part))
+            )
+            for candidate_hash, workload_hash in rows:
+                if expected[candidate_hash] != workload_hash:
+                    raise DatabaseError(
+                        f"measurement of candidate {candidate_hash} names workload "
+                        f"{expected[candidate_hash]}, but the candidate belongs to {workload_hash}"
+                    )
+
+    def measured_candidates(self, workload_hash: str, target_hash: str) -> dict[str, MeasureRecord]:
+        """The newest measurement (any status) per candidate hash, for resuming a search."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.measured_candidates(conn, workload_hash, target_hash)
+
+    def best(self, workload_hash: str, target_hash: str) -> tuple[CandidateRecord, float] | None:
+        """The fastest candidate of a workload on a target and its median time in seconds.
+
+        Each candidate counts with its newest ``ok`` measurement; a candidate with
+        any ``wrong_result`` on this target never counts. None when nothing qualifies.
+        """
+        with transaction(self._engine, write=False) as conn:
+            return queries.best(conn, workload_hash, target_hash)
+
+    def training_rows(
+        self, target_hash: str, workload_hashes: list[str] | None = None
+    ) -> list[TrainingRow]:
+        """Per candidate, its newest ``ok`` median (seconds) on a target: the cost model's data.
+
+        Candidates with a ``wrong_result`` on this target are left out. Restricted
+        to ``workload_hashes`` when given.
+        """
+        with transaction(self._engine, write=False) as conn:
+            return queries.training_rows(conn, target_hash, workload_hashes)
+
+    # -- cost models ------------------------------------------------------
+
+    def save_cost_model(
+        self,
+        target_hash: str,
+        feature_version: str,
+        booster: bytes,
+        record_count: int,
+        metrics: dict,
+    ) -> int:
+        """Store a trained booster (raw bytes) and return its version id.
+
+        Parameters
+        ----------
+        target_hash : str
+            The target its training data came from (must have been added).
+        feature_version : str
+            The feature set it was trained on; it is only loaded with the same one.
+        booster : bytes
+            The serialized XGBoost booster.
+        record_count : int
+            Training rows used.
+        metrics : dict
+            Evaluation metrics (stored as JSON).
+        """
+        with transaction(self._engine) as conn:
+            target = _require_ids(conn, Target.target_hash, [target_hash], "target", "add_target")
+            result = conn.execute(
+                CostModelVersion.__table__.insert().values(
+                    target_id=target[target_hash],
+                    feature_version=feature_version,
+                    booster=bytes(booster),
+                    record_count=int(record_count),
+                    metrics=canonical_json(metrics),
+                )
+            )
+            return int(result.inserted_primary_key[0])
+
+    def latest_cost_model(self, target_hash: str, feature_version: str) -> tuple[bytes, dict] | None:
+        """The newest booster bytes and metrics for a target and feature version, or None."""
+        with transaction(self._engine, write=False) as conn:
+            row = conn.execute(
+                select(CostModelVersion.booster, CostModelVersion.metrics)
+                .join(Target, Target.id == CostModelVersion.target_id)
+                .where(
+                    Target.target_hash == target_hash,
+                    CostModelVersion.feature_version == feature_version,
+                )
+                .order_by(CostModelVersion.id.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else (bytes(row.booster), json.loads(row.metrics))
+
+    # -- graph candidates -------------------------------------------------
+
+    def add_graph_candidate(self, graph: GraphCandidateRecord) -> None:
+        """Add an extracted program (idempotent by hash; an existing row is kept as is)."""
+        row = {
+            "graph_hash": graph.graph_hash,
+            "model_hash": graph.model_hash,
+            "term_text": graph.term_text,
+            "workload_hashes": json.dumps(list(graph.workload_hashes)),
+            "predicted_latency_s": graph.predicted_latency_s,
+            "measured_latency_s": graph.measured_latency_s,
+        }
+        with transaction(self._engine) as conn:
+            _insert_ignore(conn, GraphCandidate, "graph_hash", [row])
+
+    def update_graph_latency(
+        self, graph_hash: str, predicted: float | None = None, measured: float | None = None
+    ) -> None:
+        """Set the predicted and/or measured end-to-end latency (seconds) of a program."""
+        values = {}
+        if predicted is not None:
+            values["predicted_latency_s"] = float(predicted)
+        if measured is not None:
+            values["measured_latency_s"] = float(measured)
+        if not values:
+            return
+        with transaction(self._engine) as conn:
+            result = conn.execute(
+                update(GraphCandidate).where(GraphCandidate.graph_hash == graph_hash).values(**values)
+            )
+            if result.rowcount == 0:
+                raise DatabaseError(f"unknown graph candidate {graph_hash}: add_graph_candidate first")
+
+    # -- summary ----------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Row counts per table, by table name."""
+        with transaction(self._engine, write=False) as conn:
+            return {
+                table.name: conn.scalar(select(func.count()).select_from(table))
+                for table in Base.metadata.sorted_tables
+            }
