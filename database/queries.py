@@ -70,13 +70,21 @@ def measured_candidates(
         return {}
     latest = _latest_ids(target, ok_only=False, workload_ids=[workload])
     rows = conn.execute(
-        select(MeasureResult, Candidate.candidate_hash)
+        select(
+            Candidate.candidate_hash,
+            MeasureResult.status,
+            MeasureResult.times_s,
+            MeasureResult.build_time_s,
+            MeasureResult.error,
+            MeasureResult.worker,
+            MeasureResult.session_id,
+        )
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
         .where(MeasureResult.id.in_(latest))
     )
     return {
-        candidate_hash: MeasureRecord(
-            candidate_hash=candidate_hash,
+        m.candidate_hash: MeasureRecord(
+            candidate_hash=m.candidate_hash,
             workload_hash=workload_hash,
             target_hash=target_hash,
             status=m.status,
@@ -86,7 +94,7 @@ def measured_candidates(
             worker=m.worker,
             session_id=m.session_id,
         )
-        for m, candidate_hash in rows
+        for m in rows
     }
 
 

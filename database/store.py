@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import fields
 from datetime import timedelta
 from importlib import metadata
 
@@ -49,6 +50,7 @@ from .records import (
 from .session import DatabaseError, display_url, transaction
 
 END_STATUSES = ("finished", "interrupted", "failed")
+_WORKLOAD_FIELDS = [f.name for f in fields(WorkloadRecord)]
 
 
 def _code_version() -> str:
@@ -218,18 +220,12 @@ class Database:
     def get_workload(self, workload_hash: str) -> WorkloadRecord | None:
         """The workload with this hash, or None."""
         with transaction(self._engine, write=False) as conn:
-            w = conn.scalars(select(Workload).where(Workload.workload_hash == workload_hash)).first()
-            if w is None:
-                return None
-            return WorkloadRecord(
-                workload_hash=w.workload_hash,
-                name=w.name,
-                op_kind=w.op_kind,
-                script=w.script,
-                shapes_json=w.shapes_json,
-                flops=w.flops,
-                bytes_moved=w.bytes_moved,
-            )
+            row = conn.execute(
+                select(*(getattr(Workload, name) for name in _WORKLOAD_FIELDS)).where(
+                    Workload.workload_hash == workload_hash
+                )
+            ).first()
+        return None if row is None else WorkloadRecord(*row)
 
     def add_candidates(self, candidates: list[CandidateRecord]) -> None:
         """Add schedule candidates in one transaction (idempotent by hash).

@@ -1,0 +1,118 @@
+"""Fixtures: every database test runs on SQLite and, when configured, PostgreSQL.
+
+PostgreSQL tests run only when ``TUNE_TEST_POSTGRES_URL`` names a server; each test
+gets its own schema (through ``search_path``), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from database import (
+    CandidateRecord,
+    MeasureRecord,
+    TargetRecord,
+    WorkloadRecord,
+    canonical_json,
+    open_database,
+)
+
+PG_ENV = "TUNE_TEST_POSTGRES_URL"
+PG_SKIP = "set TUNE_TEST_POSTGRES_URL=postgresql+psycopg://USER@HOST:5432/DB to run the PostgreSQL tests"
+
+
+def _pg_base_url():
+    raw = os.environ.get(PG_ENV)
+    if not raw:
+        pytest.skip(PG_SKIP)
+    url = make_url(raw)
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A URL of an empty, private database on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'tune.db'}"
+        return
+    base = _pg_base_url()
+    schema = f"tune_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        url = base.update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def db(db_url):
+    """An opened database, closed after the test."""
+    database = open_database(db_url)
+    yield database
+    database.close()
+
+
+def make_target(name: str = "llvm", key: str = "local") -> TargetRecord:
+    return TargetRecord(target_json=canonical_json({"kind": name}), key=key)
+
+
+def make_workload(tag: str = "w1") -> WorkloadRecord:
+    return WorkloadRecord(
+        workload_hash=f"{tag}-hash",
+        name=f"fused_{tag}",
+        op_kind="matmul",
+        script=f"# TVMScript of {tag}",
+        shapes_json=canonical_json([{"shape": [4, 4], "dtype": "float32"}]),
+        flops=128.0,
+        bytes_moved=192.0,
+    )
+
+
+def make_candidate(workload: WorkloadRecord, i: int) -> CandidateRecord:
+    return CandidateRecord(workload.workload_hash, canonical_json([[f"step{i}"], []]))
+
+
+def measure(
+    candidate: CandidateRecord, target: TargetRecord, times=(1e-3,), status="ok", **kw
+) -> MeasureRecord:
+    return MeasureRecord(
+        candidate_hash=candidate.candidate_hash,
+        workload_hash=candidate.workload_hash,
+        target_hash=target.target_hash,
+        status=status,
+        times_s=tuple(times) if status == "ok" else (),
+        error="" if status == "ok" else f"{status} happened",
+        **kw,
+    )
+
+
+@pytest.fixture
+def make():
+    """Record factories: ``make.target()``, ``make.workload()``, ``make.candidate()``, ``make.measure()``."""
+    return SimpleNamespace(
+        target=make_target, workload=make_workload, candidate=make_candidate, measure=measure
+    )
+
+
+@pytest.fixture
+def seeded(db):
+    """A database with one target, one workload and four candidates."""
+    target, workload = make_target(), make_workload()
+    db.add_target(target)
+    db.add_workload(workload)
+    candidates = [make_candidate(workload, i) for i in range(4)]
+    db.add_candidates(candidates)
+    return db, target, workload, candidates
