@@ -178,7 +178,6 @@ _HINTS = (
     ("unable to open database file", "check that the directory exists and is writable"),
     ("readonly database", "the database file or its directory is read-only"),
     ("file is not a database", "the file exists but is not a SQLite database"),
-    ("connection refused", "is the PostgreSQL server running and reachable?"),
 )
 
 

@@ -203,3 +203,20 @@ def test_concurrent_writers(db_url, make):
     with open_database(db_url) as db:
         assert db.stats()["measure_result"] == 20
         assert db.stats()["candidate"] == 4
+
+
+def test_foreign_keys_are_enforced(seeded, make):
+    db, target, _, c = seeded
+    with pytest.raises(DatabaseError, match="(?i)foreign key"):
+        db.add_measure_results([make.measure(c[0], target, session_id=999)])
+    assert db.stats()["measure_result"] == 0
+
+
+def test_measurement_workload_must_match_candidate(seeded, make):
+    db, target, _, c = seeded
+    w2 = make.workload("w2")
+    db.add_workload(w2)
+    wrong = make.measure(c[0], target)
+    wrong = type(wrong)(**{**wrong.__dict__, "workload_hash": w2.workload_hash})
+    with pytest.raises(DatabaseError, match="belongs to"):
+        db.add_measure_results([wrong])
