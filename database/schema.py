@@ -145,7 +145,10 @@ def upgrade(url: str | None = None, revision: str = "head") -> str:
                     f"database schema is at revision {before}, which this code does "
                     f"not know: upgrade this tool first"
                 )
-            command.upgrade(alembic_config(conn), revision)
+            try:
+                command.upgrade(alembic_config(conn), revision)
+            except CommandError as exc:
+                raise DatabaseError(f"cannot upgrade {display_url(engine.url)}: {exc}") from None
             after = current_revision(conn)
     finally:
         engine.dispose()

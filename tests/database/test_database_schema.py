@@ -37,14 +37,12 @@ def downgrade():
 '''
 
 
-@pytest.fixture
-def newer_code(tmp_path, monkeypatch):
+def _pretend_newer_code(tmp_path, monkeypatch) -> None:
     """Make the code's migrations one revision (0002) ahead of the package's."""
     scripts = tmp_path / "migrations"
     shutil.copytree(schema.MIGRATIONS_DIR, scripts, ignore=shutil.ignore_patterns("__pycache__"))
     (scripts / "versions" / "0002_target_note.py").write_text(textwrap.dedent(NOTE_REVISION))
     monkeypatch.setattr(schema, "MIGRATIONS_DIR", scripts)
-    return "0002"
 
 
 def _execute(url: str, sql: str) -> None:
@@ -98,10 +96,9 @@ def test_models_match_migrations(db_url):
     engine.dispose()
 
 
-def test_old_schema_names_the_upgrade_command(db_url, newer_code):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(schema, "MIGRATIONS_DIR", schema.Path(schema.__file__).with_name("migrations"))
-        open_database(db_url).close()  # made by the previous release, at 0001
+def test_old_schema_names_the_upgrade_command(db_url, tmp_path, monkeypatch):
+    open_database(db_url).close()  # made by this release, at 0001
+    _pretend_newer_code(tmp_path, monkeypatch)
     with pytest.raises(DatabaseError) as info:
         open_database(db_url)
     shown = display_url(resolve_url(db_url))
@@ -138,3 +135,8 @@ def test_upgrade_creates_a_new_database(db_url):
     assert upgrade(db_url) == schema.head_revision()
     assert upgrade(db_url) == schema.head_revision()
     open_database(db_url).close()
+
+
+def test_upgrade_to_unknown_revision_is_an_error(tmp_path):
+    with pytest.raises(DatabaseError, match="cannot upgrade"):
+        upgrade(f"sqlite:///{tmp_path / 'tune.db'}", revision="no-such-revision")
