@@ -1,0 +1,260 @@
+"""Model import: a Hugging Face architecture built from its config, or an ONNX file, to Relax.
+
+``load_model`` is the single entry point.  It returns an :class:`ImportedModel`: a Relax
+``IRModule`` whose function ``main`` takes the activations first and the weights after
+them (the function attribute ``num_input`` counts the activations), seeded random example
+inputs, the weights as NumPy arrays, and hooks to run the same computation in PyTorch
+(reference outputs and eager timings) for comparison.
+
+Heavy libraries (torch, transformers, onnx) are imported only when a model is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+__all__ = [
+    "ImportedModel",
+    "ModelImportError",
+    "STAGES",
+    "known_models",
+    "load_model",
+]
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+STAGES = ("prefill", "decode")
+
+
+class ModelImportError(Exception):
+    """A model could not be imported; the message is one line saying why."""
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    """A model imported into Relax, with example data and a PyTorch twin.
+
+    Attributes
+    ----------
+    mod : tvm.IRModule
+        Relax module; function ``main`` takes ``inputs`` then ``params``, in that order.
+        Its attribute ``num_input`` equals ``len(inputs)``.
+    input_names : tuple of str
+        Names of the activation parameters of ``main``, in order.
+    inputs : tuple of numpy.ndarray
+        Seeded random example activations, one per name in ``input_names``.
+    params : tuple of numpy.ndarray
+        Weights, in the order of ``main``'s parameters after the activations.  Read-only.
+    source : str
+        Human-readable description, e.g. ``"qwen3-0.6b prefill seq_len=128 layers=1"``.
+    model_hash : str
+        Hex SHA-256 identifying the model and its shapes (not the random seed).
+    flops : int or None
+        Floating-point operations of one call (matrix products only, a multiply-add
+        counts as 2), or None when unknown.
+    param_names : tuple of str
+        Names of the weight parameters of ``main``, in order.
+    output_names : tuple of str
+        Names of the outputs of ``main``, in order.
+    """
+
+    mod: tvm.IRModule
+    input_names: tuple[str, ...]
+    inputs: tuple[np.ndarray, ...]
+    params: tuple[np.ndarray, ...]
+    source: str
+    model_hash: str
+    flops: int | None = None
+    param_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    _torch_call: Callable[[], object] | None = field(default=None, repr=False, compare=False)
+    _reference: Callable[[], tuple[np.ndarray, ...] | None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def has_torch(self) -> bool:
+        """Whether a PyTorch module of the same computation is available (not for ONNX)."""
+        return self._torch_call is not None
+
+    def torch_eager(self, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Time the PyTorch eager module on ``inputs``.
+
+        Runs under ``torch.no_grad()`` with torch's default thread count, after
+        ``warmup`` untimed calls.
+
+        Parameters
+        ----------
+        repeat : int
+            Number of timed calls.
+        warmup : int
+            Number of untimed calls first.
+
+        Returns
+        -------
+        list of float
+            Wall-clock seconds of each timed call (take the median).
+
+        Raises
+        ------
+        NotImplementedError
+            When the model has no PyTorch module (an ONNX import).
+        """
+        if self._torch_call is None:
+            raise NotImplementedError(f"no PyTorch module for {self.source}")
+        if repeat < 1:
+            raise ValueError(f"repeat must be positive, got {repeat}")
+        import torch
+
+        times = []
+        with torch.no_grad():
+            for _ in range(warmup):
+                self._torch_call()
+            for _ in range(repeat):
+                start = time.perf_counter()
+                self._torch_call()
+                times.append(time.perf_counter() - start)
+        return times
+
+    def reference_outputs(self) -> tuple[np.ndarray, ...] | None:
+        """Outputs of the reference implementation on ``inputs``.
+
+        PyTorch for a transformers model, ``onnx.reference.ReferenceEvaluator`` for an
+        ONNX file.
+
+        Returns
+        -------
+        tuple of numpy.ndarray or None
+            One array per output of ``main``, in order; None when no reference can run.
+        """
+        return None if self._reference is None else self._reference()
+
+
+def known_models() -> list[str]:
+    """Names of the built-in model configs accepted by :func:`load_model`.
+
+    Returns
+    -------
+    list of str
+        Sorted names, e.g. ``["qwen3-0.6b", "qwen3-1.7b", "qwen3-tiny"]``.
+    """
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def load_model(
+    name_or_path: str,
+    stage: str = "prefill",
+    seq_len: int = 128,
+    kv_len: int = 512,
+    layers: int = 1,
+    seed: int = 0,
+) -> ImportedModel:
+    """Import a model into Relax.
+
+    Parameters
+    ----------
+    name_or_path : str
+        A built-in name (see :func:`known_models`; case and a ``"Qwen/"`` prefix are
+        ignored), a path to a transformers ``config.json`` of a supported architecture,
+        or a path to an ``.onnx`` file.
+    stage : {"prefill", "decode"}
+        ``prefill``: input hidden states float32 ``[1, seq_len, hidden]``; outputs the
+        hidden states and, per layer, the new K and V ``[1, kv_heads, seq_len, head_dim]``.
+        ``decode``: inputs hidden states ``[1, 1, hidden]`` and, per layer, past K and V
+        ``[1, kv_heads, kv_len, head_dim]``; the new token is at position ``kv_len``;
+        outputs the hidden states and per layer K and V ``[1, kv_heads, kv_len + 1, head_dim]``.
+        Ignored for ONNX files.
+    seq_len : int
+        Prompt length in tokens for ``prefill``; for ONNX, the size given to every
+        dynamic input dimension.
+    kv_len : int
+        Tokens already in the KV cache for ``decode``.
+    layers : int
+        Number of decoder layers to stack (at most the config's ``num_hidden_layers``).
+    seed : int
+        Seed of the random weights and example inputs.
+
+    Returns
+    -------
+    ImportedModel
+
+    Raises
+    ------
+    ModelImportError
+        Unknown name, missing or malformed file, an operator TVM cannot import, a bad
+        stage or a non-positive size.
+    """
+    if stage not in STAGES:
+        raise ModelImportError(f"unknown stage {stage!r}; expected one of: {', '.join(STAGES)}")
+    for arg, value in (("seq_len", seq_len), ("kv_len", kv_len), ("layers", layers)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+            raise ModelImportError(f"{arg} must be a positive integer, got {value!r}")
+    text = str(name_or_path)
+    lowered = text.lower()
+    if lowered.endswith(".onnx"):
+        from . import onnx_import
+
+        return onnx_import.load_onnx(Path(text), seq_len=int(seq_len), seed=seed)
+
+    from . import qwen3
+
+    if lowered.endswith(".json"):
+        path = Path(text)
+        if not path.is_file():
+            raise ModelImportError(f"config file not found: {text}")
+        label = path.stem
+    else:
+        key = lowered.rsplit("/", 1)[-1]
+        path = CONFIG_DIR / f"{key}.json"
+        if key not in known_models():
+            raise ModelImportError(
+                f"unknown model {text!r}; known models: {', '.join(known_models())}"
+                " (or give a path to an .onnx file or a config .json)"
+            )
+        label = key
+    return qwen3.load_qwen3(
+        path, label, stage=stage, seq_len=int(seq_len), kv_len=int(kv_len), layers=int(layers), seed=seed
+    )
+
+
+def stable_hash(*parts: object) -> str:
+    """Hex SHA-256 of JSON-serialisable parts (bytes are hashed as they are)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part if isinstance(part, bytes) else json.dumps(part, sort_keys=True).encode()
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type name."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array``."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def operator_error(importer: str, exc: Exception) -> ModelImportError:
+    """A one-line ModelImportError for an importer failure, naming the operator if known."""
+    message = first_line(exc)
+    match = re.search(r"(?:Unsupported function types|not supported for frontend \w+:)\s*(.+)", message)
+    if match:
+        ops = re.sub(r"[\[\]']", "", match.group(1)).strip()
+        return ModelImportError(f"{importer} does not support operator(s): {ops}")
+    return ModelImportError(f"{importer} failed: {message}")

@@ -1,0 +1,258 @@
+"""Qwen3 decoder layers from a transformers config, exported to Relax.
+
+The PyTorch side is transformers' own code: ``Qwen3DecoderLayer`` blocks, rotary
+embeddings from ``Qwen3RotaryEmbedding`` computed inside the graph, the causal mask from
+``create_causal_mask`` and the KV-cache update through a transformers ``Cache``.  The
+cache is passed in and out as explicit tensors (``StaticCache``'s in-place update does not
+import into TVM's torch frontend), so the exported function is pure.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import tvm
+from transformers import Qwen3Config
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.masking_utils import create_causal_mask
+from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
+
+from .frontend import (
+    ImportedModel,
+    ModelImportError,
+    first_line,
+    operator_error,
+    readonly,
+    stable_hash,
+)
+
+__all__ = ["Qwen3Layers", "load_qwen3", "qwen3_flops"]
+
+# The Relax graph uses explicit matmul + mask + softmax; PyTorch timings use SDPA,
+# transformers' default, so the eager baseline is the one a user would get.
+EXPORT_ATTENTION = "eager"
+TIMING_ATTENTION = "sdpa"
+
+
+class _ExplicitKVLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose first write keeps the given tensors as they are.
+
+    ``DynamicLayer`` starts from an empty 1-D tensor and concatenates onto it; TVM's
+    ``concat`` rejects operands of different rank, so the first write skips that step.
+    Later writes are transformers' own concatenation along the sequence axis.
+    """
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.device = key_states.device
+            self.keys, self.values = key_states, value_states
+            self.is_initialized = True
+            return self.keys, self.values
+        return super().update(key_states, value_states, *args, **kwargs)
+
+
+class Qwen3Layers(torch.nn.Module):
+    """``layers`` Qwen3 decoder layers with in-graph rotary embeddings and causal mask.
+
+    ``forward(hidden_states, **past)`` takes float32 hidden states ``[1, seq, hidden]``
+    and optionally ``past_key_{i}``/``past_value_{i}`` ``[1, kv_heads, past, head_dim]``
+    for every layer ``i``; the new tokens sit at positions ``past .. past + seq - 1``.
+    It returns ``(hidden_states, key_0, value_0, key_1, ...)`` where each key/value is
+    ``[1, kv_heads, past + seq, head_dim]``.
+    """
+
+    def __init__(self, config: Qwen3Config, layers: int):
+        super().__init__()
+        self.config = config
+        self.layers = torch.nn.ModuleList(Qwen3DecoderLayer(config, i) for i in range(layers))
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+
+    def forward(self, hidden_states: torch.Tensor, **past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        cache = Cache(layers=[_ExplicitKVLayer() for _ in self.layers])
+        start = 0
+        if past:
+            for i, layer in enumerate(cache.layers):
+                layer.update(past[f"past_key_{i}"], past[f"past_value_{i}"])
+            start = past["past_key_0"].shape[2]
+        position_ids = torch.arange(start, start + hidden_states.shape[1]).unsqueeze(0)
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=None,
+            cache=cache,
+            position_ids=position_ids,
+        )
+        position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                attention_mask=mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=True,
+                position_embeddings=position_embeddings,
+            )
+        outputs = [hidden_states]
+        for layer in cache.layers:
+            outputs += [layer.keys, layer.values]
+        return tuple(outputs)
+
+
+def qwen3_flops(config: Qwen3Config, layers: int, new_tokens: int, attended: int) -> int:
+    """Matrix-product FLOPs of ``layers`` decoder layers (a multiply-add counts as 2).
+
+    Parameters
+    ----------
+    config : Qwen3Config
+    layers : int
+    new_tokens : int
+        Tokens processed in this call (``seq_len`` for prefill, 1 for decode).
+    attended : int
+        Keys each query is scored against (the full, unmasked score matrix is computed).
+
+    Returns
+    -------
+    int
+    """
+    hidden, inter, hd = config.hidden_size, config.intermediate_size, config.head_dim
+    q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
+    projections = 2 * new_tokens * hidden * (q + 2 * kv) + 2 * new_tokens * q * hidden
+    mlp = 2 * new_tokens * hidden * inter * 3
+    attention = 2 * 2 * new_tokens * attended * q
+    return layers * (projections + mlp + attention)
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelImportError(f"malformed config file {path}: {first_line(exc)}") from exc
+    if not isinstance(data, dict):
+        raise ModelImportError(f"malformed config file {path}: not a JSON object")
+    model_type = data.get("model_type", "qwen3")
+    if model_type != "qwen3":
+        raise ModelImportError(f"unsupported architecture {model_type!r} in {path}; supported: qwen3")
+    return data
+
+
+def load_qwen3(
+    path: Path, label: str, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
+) -> ImportedModel:
+    """Build, export and import Qwen3 decoder layers; see :func:`extract.frontend.load_model`."""
+    data = _read_config(path)
+    try:
+        config = Qwen3Config(**data)
+    except (TypeError, ValueError) as exc:
+        raise ModelImportError(f"bad Qwen3 config {path}: {first_line(exc)}") from exc
+    config._attn_implementation = EXPORT_ATTENTION
+    if layers > config.num_hidden_layers:
+        raise ModelImportError(
+            f"layers={layers} exceeds the model's num_hidden_layers={config.num_hidden_layers}"
+        )
+    last_position = seq_len if stage == "prefill" else kv_len + 1
+    if last_position > config.max_position_embeddings:
+        raise ModelImportError(
+            f"{last_position} positions exceed max_position_embeddings={config.max_position_embeddings}"
+        )
+
+    generator = torch.Generator().manual_seed(seed)
+    module = Qwen3Layers(config, layers).float().eval()
+    with torch.no_grad():
+        for param in module.parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, config.initializer_range, generator=generator)
+            else:  # RMSNorm scales: near one, but not all equal
+                param.normal_(1.0, 0.1, generator=generator)
+
+    rng = np.random.default_rng(seed)
+    kv_shape = (1, config.num_key_value_heads, kv_len, config.head_dim)
+    if stage == "prefill":
+        arrays = {"hidden_states": rng.standard_normal((1, seq_len, config.hidden_size), np.float32)}
+        shape_text, shapes = f"seq_len={seq_len}", {"seq_len": seq_len}
+    else:
+        arrays = {"hidden_states": rng.standard_normal((1, 1, config.hidden_size), np.float32)}
+        for i in range(layers):
+            arrays[f"past_key_{i}"] = rng.standard_normal(kv_shape, np.float32)
+            arrays[f"past_value_{i}"] = rng.standard_normal(kv_shape, np.float32)
+        shape_text, shapes = f"kv_len={kv_len}", {"kv_len": kv_len}
+    tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
+    hidden = tensors.pop("hidden_states")
+
+    mod, param_names, params = _export(module, hidden, tensors)
+    input_names = tuple(arrays)
+    num_input = int(mod["main"].attrs["num_input"])
+    if num_input != len(input_names):
+        raise ModelImportError(f"internal: {num_input} activations imported, expected {len(input_names)}")
+
+    output_names = ("hidden_states",) + tuple(
+        f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")
+    )
+    new_tokens = seq_len if stage == "prefill" else 1
+    attended = seq_len if stage == "prefill" else kv_len + 1
+
+    def call() -> tuple[torch.Tensor, ...]:
+        return module(hidden, **tensors)
+
+    def timed_call() -> tuple[torch.Tensor, ...]:
+        config._attn_implementation = TIMING_ATTENTION
+        try:
+            return call()
+        finally:
+            config._attn_implementation = EXPORT_ATTENTION
+
+    @functools.cache
+    def reference() -> tuple[np.ndarray, ...]:
+        with torch.no_grad():
+            return tuple(readonly(out.numpy().copy()) for out in call())
+
+    return ImportedModel(
+        mod=mod,
+        input_names=input_names,
+        inputs=tuple(readonly(a) for a in arrays.values()),
+        params=params,
+        source=f"{label} {stage} {shape_text} layers={layers}",
+        model_hash=stable_hash("qwen3", data, stage, shapes, layers),
+        flops=qwen3_flops(config, layers, new_tokens, attended),
+        param_names=param_names,
+        output_names=output_names,
+        _torch_call=timed_call,
+        _reference=reference,
+    )
+
+
+def _export(
+    module: torch.nn.Module, hidden: torch.Tensor, past: dict[str, torch.Tensor]
+) -> tuple[tvm.IRModule, tuple[str, ...], tuple[np.ndarray, ...]]:
+    """torch.export ``module`` and import it with weights as function parameters."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            program = torch.export.export(module, (hidden,), past).run_decompositions()
+        except Exception as exc:
+            raise ModelImportError(f"torch.export failed: {first_line(exc)}") from exc
+        try:
+            mod = from_exported_program(
+                program, keep_params_as_input=True, run_ep_decomposition=False
+            )
+        except Exception as exc:
+            raise operator_error("TVM's torch importer", exc) from exc
+
+    kind = torch.export.graph_signature.InputKind.PARAMETER
+    specs = [s for s in program.graph_signature.input_specs if s.kind is kind]
+    params = tuple(readonly(module.get_parameter(s.target).detach().numpy()) for s in specs)
+    func = mod["main"]
+    names = tuple(p.name for p in func.params[len(func.params) - len(params) :])
+    if len(func.params) - int(func.attrs["num_input"]) != len(params):
+        raise ModelImportError("internal: weight parameters of the Relax function do not match the module")
+    # The weights live in ImportedModel.params; a copy in the module would double memory.
+    mod["main"] = func.without_attr("params")
+    return mod, names, params
+
