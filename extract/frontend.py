@@ -236,11 +236,13 @@ def stable_hash(*parts: object) -> str:
 
 
 def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message, or its type name."""
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
+    """The first line of an exception's message (two if the first ends in a colon)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:  # "...of node:" then the detail
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def readonly(array: np.ndarray) -> np.ndarray:
