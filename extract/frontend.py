@@ -221,7 +221,13 @@ def load_model(
             )
         label = key
     return qwen3.load_qwen3(
-        path, label, stage=stage, seq_len=int(seq_len), kv_len=int(kv_len), layers=int(layers), seed=seed
+        path,
+        label,
+        stage=stage,
+        seq_len=int(seq_len),
+        kv_len=int(kv_len),
+        layers=int(layers),
+        seed=seed,
     )
 
 
@@ -255,7 +261,9 @@ def readonly(array: np.ndarray) -> np.ndarray:
 def operator_error(importer: str, exc: Exception) -> ModelImportError:
     """A one-line ModelImportError for an importer failure, naming the operator if known."""
     message = first_line(exc)
-    match = re.search(r"(?:Unsupported function types|not supported for frontend \w+:)\s*(.+)", message)
+    match = re.search(
+        r"(?:Unsupported function types|not supported for frontend \w+:)\s*(.+)", message
+    )
     if match:
         ops = re.sub(r"[\[\]']", "", match.group(1)).strip()
         return ModelImportError(f"{importer} does not support operator(s): {ops}")

@@ -23,7 +23,7 @@ __all__ = ["load_onnx"]
 
 
 def _example(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Random data: standard normal floats, integers in {0, 1} (safe as indices), coin-flip bools."""
+    """Random data: standard normal floats, integers in {0, 1} (safe indices), coin-flip bools."""
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     if np.issubdtype(dtype, np.integer):
@@ -53,7 +53,9 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
     except Exception as exc:
         checker_error = first_line(exc)
     if not model.graph.output:
-        raise ModelImportError(f"malformed ONNX file {path}: {checker_error or 'the graph has no outputs'}")
+        raise ModelImportError(
+            f"malformed ONNX file {path}: {checker_error or 'the graph has no outputs'}"
+        )
 
     initializers = {init.name for init in model.graph.initializer}
     rng = np.random.default_rng(seed)
@@ -66,11 +68,16 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
         tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type") or not tensor_type.HasField("shape"):
             raise ModelImportError(f"ONNX input {value.name!r} in {path} has no tensor shape")
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else seq_len for d in tensor_type.shape.dim]
+        shape = [
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else seq_len
+            for d in tensor_type.shape.dim
+        ]
         try:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
         except Exception as exc:
-            raise ModelImportError(f"ONNX input {value.name!r} has an unsupported element type") from exc
+            raise ModelImportError(
+                f"ONNX input {value.name!r} has an unsupported element type"
+            ) from exc
         shapes[value.name], dtypes[value.name] = shape, str(dtype)
         arrays.append(readonly(_example(rng, tuple(shape), dtype)))
 
@@ -87,9 +94,13 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
 
     func = mod["main"]
     num_input = int(func.attrs["num_input"])
-    params = tuple(readonly(t.numpy()) for t in (func.attrs["params"] if "params" in func.attrs else ()))
+    params = tuple(
+        readonly(t.numpy()) for t in (func.attrs["params"] if "params" in func.attrs else ())
+    )
     if len(func.params) - num_input != len(params):
-        raise ModelImportError("internal: weight parameters of the Relax function do not match the file")
+        raise ModelImportError(
+            "internal: weight parameters of the Relax function do not match the file"
+        )
     if "params" in func.attrs:
         # The weights live in ImportedModel.params; a copy in the module would double memory.
         mod["main"] = func.without_attr("params")

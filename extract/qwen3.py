@@ -72,7 +72,9 @@ class Qwen3Layers(torch.nn.Module):
         self.layers = torch.nn.ModuleList(Qwen3DecoderLayer(config, i) for i in range(layers))
         self.rotary_emb = Qwen3RotaryEmbedding(config)
 
-    def forward(self, hidden_states: torch.Tensor, **past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(
+        self, hidden_states: torch.Tensor, **past: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         cache = Cache(layers=[_ExplicitKVLayer() for _ in self.layers])
         start = 0
         if past:
@@ -136,7 +138,9 @@ def _read_config(path: Path) -> dict:
         raise ModelImportError(f"malformed config file {path}: not a JSON object")
     model_type = data.get("model_type", "qwen3")
     if model_type != "qwen3":
-        raise ModelImportError(f"unsupported architecture {model_type!r} in {path}; supported: qwen3")
+        raise ModelImportError(
+            f"unsupported architecture {model_type!r} in {path}; supported: qwen3"
+        )
     return data
 
 
@@ -157,7 +161,8 @@ def load_qwen3(
     last_position = seq_len if stage == "prefill" else kv_len + 1
     if last_position > config.max_position_embeddings:
         raise ModelImportError(
-            f"{last_position} positions exceed max_position_embeddings={config.max_position_embeddings}"
+            f"{last_position} positions exceed "
+            f"max_position_embeddings={config.max_position_embeddings}"
         )
 
     generator = torch.Generator().manual_seed(seed)
@@ -172,7 +177,9 @@ def load_qwen3(
     rng = np.random.default_rng(seed)
     kv_shape = (1, config.num_key_value_heads, kv_len, config.head_dim)
     if stage == "prefill":
-        arrays = {"hidden_states": rng.standard_normal((1, seq_len, config.hidden_size), np.float32)}
+        arrays = {
+            "hidden_states": rng.standard_normal((1, seq_len, config.hidden_size), np.float32)
+        }
         shape_text, shapes = f"seq_len={seq_len}", {"seq_len": seq_len}
     else:
         arrays = {"hidden_states": rng.standard_normal((1, 1, config.hidden_size), np.float32)}
@@ -187,7 +194,9 @@ def load_qwen3(
     input_names = tuple(arrays)
     num_input = int(mod["main"].attrs["num_input"])
     if num_input != len(input_names):
-        raise ModelImportError(f"internal: {num_input} activations imported, expected {len(input_names)}")
+        raise ModelImportError(
+            f"internal: {num_input} activations imported, expected {len(input_names)}"
+        )
 
     output_names = ("hidden_states",) + tuple(
         f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")
@@ -251,8 +260,9 @@ def _export(
     func = mod["main"]
     names = tuple(p.name for p in func.params[len(func.params) - len(params) :])
     if len(func.params) - int(func.attrs["num_input"]) != len(params):
-        raise ModelImportError("internal: weight parameters of the Relax function do not match the module")
+        raise ModelImportError(
+            "internal: weight parameters of the Relax function do not match the module"
+        )
     # The weights live in ImportedModel.params; a copy in the module would double memory.
     mod["main"] = func.without_attr("params")
     return mod, names, params
-

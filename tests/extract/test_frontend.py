@@ -23,7 +23,9 @@ def _build(model: ImportedModel) -> relax.VirtualMachine:
 
 
 def _run(vm: relax.VirtualMachine, model: ImportedModel, inputs=None) -> list[np.ndarray]:
-    args = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in (inputs or model.inputs) + model.params]
+    args = [
+        tvm.runtime.tensor(np.ascontiguousarray(a)) for a in (inputs or model.inputs) + model.params
+    ]
     out = vm["main"](*args)
     if isinstance(out, tvm.runtime.Tensor):
         return [out.numpy()]
@@ -53,8 +55,14 @@ def _check_signature(model: ImportedModel) -> None:
     func = model.mod["main"]
     assert int(func.attrs["num_input"]) == len(model.inputs) == len(model.input_names)
     assert "params" not in func.attrs
-    assert len(func.params) == len(model.inputs) + len(model.params) == len(model.inputs) + len(model.param_names)
-    for var, array, name in zip(func.params, model.inputs + model.params, model.input_names + model.param_names):
+    assert (
+        len(func.params)
+        == len(model.inputs) + len(model.params)
+        == len(model.inputs) + len(model.param_names)
+    )
+    for var, array, name in zip(
+        func.params, model.inputs + model.params, model.input_names + model.param_names
+    ):
         assert var.name == name
         assert [int(d) for d in var.ty.shape] == list(array.shape)
         assert var.ty.dtype == str(array.dtype)
@@ -100,7 +108,9 @@ def test_decode_matches_torch(decode):
     assert out[0].shape == (1, 1, TINY["hidden"])
     for got, want, past in zip(out[1:], ref[1:], decode.inputs[1:]):
         assert got.shape == (1, TINY["kv_heads"], KV_LEN + 1, TINY["head_dim"])
-        np.testing.assert_array_equal(got[:, :, :KV_LEN], past)  # the cache is extended, not rewritten
+        np.testing.assert_array_equal(
+            got[:, :, :KV_LEN], past
+        )  # the cache is extended, not rewritten
     for got, want in zip(out, ref):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -122,13 +132,20 @@ def test_torch_eager(prefill):
 def test_onnx_import(tmp_path):
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 16)).eval()
+    net = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 16)
+    ).eval()
     path = tmp_path / "mlp.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            net, (torch.randn(1, 4, 16),), str(path), dynamo=False,
-            input_names=["x"], output_names=["y"], dynamic_axes={"x": {1: "seq"}},
+            net,
+            (torch.randn(1, 4, 16),),
+            str(path),
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {1: "seq"}},
         )
     model = load_model(str(path), seq_len=6)
     _check_signature(model)
@@ -147,7 +164,9 @@ def _onnx_with(tmp_path, op_type: str, inputs: list[str]):
 
     info = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
     graph = helper.make_graph(
-        [helper.make_node(op_type, inputs, ["y"])], "g", info,
+        [helper.make_node(op_type, inputs, ["y"])],
+        "g",
+        info,
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
     )
     path = tmp_path / f"{op_type}.onnx"
@@ -158,12 +177,18 @@ def _onnx_with(tmp_path, op_type: str, inputs: list[str]):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"name_or_path": "llama-7b"}, "unknown model 'llama-7b'; known models: qwen3-0.6b, qwen3-1.7b, qwen3-tiny"),
+        (
+            {"name_or_path": "llama-7b"},
+            "unknown model 'llama-7b'; known models: qwen3-0.6b, qwen3-1.7b, qwen3-tiny",
+        ),
         ({"name_or_path": "qwen3-tiny", "stage": "train"}, "unknown stage 'train'"),
         ({"name_or_path": "qwen3-tiny", "seq_len": 0}, "seq_len must be a positive integer, got 0"),
         ({"name_or_path": "qwen3-tiny", "kv_len": -1}, "kv_len must be a positive integer, got -1"),
         ({"name_or_path": "qwen3-tiny", "layers": 0}, "layers must be a positive integer, got 0"),
-        ({"name_or_path": "qwen3-tiny", "layers": 3}, "layers=3 exceeds the model's num_hidden_layers=2"),
+        (
+            {"name_or_path": "qwen3-tiny", "layers": 3},
+            "layers=3 exceeds the model's num_hidden_layers=2",
+        ),
         ({"name_or_path": "missing.onnx"}, "ONNX file not found: missing.onnx"),
     ],
 )
@@ -178,14 +203,20 @@ def test_bad_onnx_files(tmp_path):
     garbage.write_bytes(b"\x00\xffnot a model\x13")
     with pytest.raises(ModelImportError, match="^malformed ONNX file .*garbage.onnx: "):
         load_model(str(garbage))
-    with pytest.raises(ModelImportError, match="^malformed ONNX file .*Relu.onnx: .*topologically sorted"):
+    with pytest.raises(
+        ModelImportError, match="^malformed ONNX file .*Relu.onnx: .*topologically sorted"
+    ):
         load_model(_onnx_with(tmp_path, "Relu", ["x", "undefined"]))
-    with pytest.raises(ModelImportError, match="^TVM's ONNX importer does not support operator\\(s\\): Celu$"):
+    with pytest.raises(
+        ModelImportError, match="^TVM's ONNX importer does not support operator\\(s\\): Celu$"
+    ):
         load_model(_onnx_with(tmp_path, "Celu", ["x"]))
 
 
 def test_operator_error_names_torch_ops():
-    err = operator_error("TVM's torch importer", AssertionError("Unsupported function types ['foo.default']"))
+    err = operator_error(
+        "TVM's torch importer", AssertionError("Unsupported function types ['foo.default']")
+    )
     assert str(err) == "TVM's torch importer does not support operator(s): foo.default"
     err = operator_error("TVM's torch importer", ValueError("shape mismatch\nTraceback..."))
     assert str(err) == "TVM's torch importer failed: shape mismatch"
