@@ -204,8 +204,6 @@ def load_model(
 
         return onnx_import.load_onnx(Path(text), seq_len=int(seq_len), seed=seed)
 
-    from . import qwen3
-
     if lowered.endswith(".json"):
         path = Path(text)
         if not path.is_file():
@@ -220,6 +218,8 @@ def load_model(
                 " (or give a path to an .onnx file or a config .json)"
             )
         label = key
+    from . import qwen3
+
     return qwen3.load_qwen3(
         path,
         label,
