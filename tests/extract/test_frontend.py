@@ -220,3 +220,21 @@ def test_operator_error_names_torch_ops():
     assert str(err) == "TVM's torch importer does not support operator(s): foo.default"
     err = operator_error("TVM's torch importer", ValueError("shape mismatch\nTraceback..."))
     assert str(err) == "TVM's torch importer failed: shape mismatch"
+
+
+def test_config_json_path(tmp_path):
+    import json
+
+    from extract.frontend import CONFIG_DIR
+
+    config = json.loads((CONFIG_DIR / "qwen3-tiny.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    model = load_model(str(path), seq_len=4)
+    assert model.source == "config prefill seq_len=4 layers=1"
+    assert model.model_hash == load_model("qwen3-tiny", seq_len=4).model_hash
+    path.write_text(json.dumps({**config, "model_type": "llama"}))
+    with pytest.raises(
+        ModelImportError, match="^unsupported architecture 'llama' in .*config.json"
+    ):
+        load_model(str(path))
