@@ -1,0 +1,82 @@
+"""The measurement protocol: its knobs and the classification of failures.
+
+Knob names follow TVM's tools (``number``, ``repeat``, ``min_repeat_ms``,
+``timeout``). TVM's ``time_evaluator`` raises ``number`` until one repeat lasts
+at least ``min_repeat_ms``; each repeat time is the mean over ``number`` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WRONG_RESULT_TAG = "wrong_result:"
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How each candidate is built and timed.
+
+    Parameters
+    ----------
+    number : int
+        Runs per repeat (raised by TVM to reach ``min_repeat_ms``).
+    repeat : int
+        Repeats; every repeat time is stored.
+    min_repeat_ms : int
+        Minimum duration of one repeat, in milliseconds.
+    timeout_s : float
+        Seconds allowed for one candidate's build, and separately for its run.
+    cache_flush : bool
+        Flush the CPU cache between repeats (TVM's ``cache_flush_cpu_non_first_arg``).
+    rtol, atol : float
+        Tolerances of the correctness check against the reference outputs:
+        ``|out - ref| <= atol + rtol * |ref|`` elementwise.
+    """
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 20
+    timeout_s: float = 60.0
+    cache_flush: bool = True
+    rtol: float = 1e-3
+    atol: float = 1e-3
+
+    def __post_init__(self) -> None:
+        for name in ("number", "repeat"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.min_repeat_ms < 0:
+            raise ValueError(f"--min-repeat-ms must not be negative, got {self.min_repeat_ms}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
+
+
+def classify_build_error(message: str) -> str:
+    """Status of a failed build: ``timeout`` or ``build_error``."""
+    return "timeout" if "timeout" in message.lower() else "build_error"
+
+
+def classify_run_error(message: str) -> str:
+    """Status of a failed run from TVM's runner message.
+
+    ``wrong_result`` when the correctness check failed, ``timeout`` when the run
+    was killed for time, ``worker_lost`` when the connection to the worker broke,
+    else ``run_error``.
+    """
+    lower = message.lower()
+    if WRONG_RESULT_TAG in message:
+        return "wrong_result"
+    if "timeout" in lower:
+        return "timeout"
+    if any(s in lower for s in ("connection reset", "broken pipe", "socket", "connection refused", "eof")):
+        return "worker_lost"
+    return "run_error"
+
+
+def first_line(message: str, limit: int = 500) -> str:
+    """The most telling line of a long TVM error message, at most ``limit`` characters."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error" in line or WRONG_RESULT_TAG in line or "Timeout" in line:
+            return line[:limit]
+    return (lines[-1] if lines else "")[:limit]

@@ -1,0 +1,174 @@
+"""TVM RPC tracker and workers: parsing addresses, starting local ones, waiting for a key.
+
+A worker is TVM's RPC server registered with a tracker under an RPC key. The
+server runs the code it is sent by design: it binds to 127.0.0.1 unless told
+otherwise, and must only be exposed to trusted networks.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+DEFAULT_TRACKER_PORT = 9190
+LOCAL_KEY = "local"
+
+
+class TrackerError(RuntimeError):
+    """A tracker that cannot be parsed, reached, or that has no worker for a key."""
+
+
+@dataclass(frozen=True)
+class TrackerAddress:
+    """Where a TVM RPC tracker listens."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_tracker(text: str) -> TrackerAddress:
+    """Parse ``HOST:PORT`` (or ``HOST``, port 9190).
+
+    Raises
+    ------
+    TrackerError
+        For an empty host or a port that is not an integer in 1..65535.
+    """
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep:
+        host, port_text = text.strip(), str(DEFAULT_TRACKER_PORT)
+    if not host:
+        raise TrackerError(f"malformed tracker address {text!r}: expected HOST:PORT")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise TrackerError(f"malformed tracker address {text!r}: port {port_text!r} is not a number") from None
+    if not 0 < port < 65536:
+        raise TrackerError(f"malformed tracker address {text!r}: port {port} is out of range")
+    return TrackerAddress(host, port)
+
+
+def tracker_from_env() -> TrackerAddress | None:
+    """The tracker named by ``TVM_TRACKER_HOST`` / ``TVM_TRACKER_PORT``, if set."""
+    host = os.environ.get("TVM_TRACKER_HOST")
+    if not host:
+        return None
+    return parse_tracker(f"{host}:{os.environ.get('TVM_TRACKER_PORT', DEFAULT_TRACKER_PORT)}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def queue_status(address: TrackerAddress, timeout_s: float = 5.0) -> dict:
+    """The tracker's summary (``queue_info`` per key, ``server_info``).
+
+    Raises
+    ------
+    TrackerError
+        When the tracker cannot be reached within ``timeout_s`` seconds.
+    """
+    from tvm import rpc
+
+    try:
+        with socket.create_connection((address.host, address.port), timeout=timeout_s):
+            pass
+        return dict(rpc.connect_tracker(address.host, address.port).summary())
+    except (OSError, RuntimeError) as err:
+        raise TrackerError(f"cannot reach the RPC tracker at {address}: {err}") from None
+
+
+def workers_for_key(address: TrackerAddress, key: str) -> int:
+    """How many workers are registered on the tracker under ``key`` (free or busy)."""
+    servers = queue_status(address).get("server_info", [])
+    return sum(1 for server in servers if server.get("key", "").split(":", 1)[-1] == key)
+
+
+def wait_for_key(address: TrackerAddress, key: str, timeout_s: float = 60.0) -> int:
+    """Wait until at least one worker is registered under ``key``; return how many.
+
+    Raises
+    ------
+    TrackerError
+        When the tracker is unreachable, or no worker has the key after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        count = workers_for_key(address, key)
+        if count:
+            return count
+        if time.monotonic() > deadline:
+            keys = sorted(queue_status(address).get("queue_info", {}))
+            raise TrackerError(
+                f"no worker with RPC key {key!r} on the tracker at {address} after {timeout_s:.0f} s "
+                f"(keys there: {', '.join(keys) or 'none'})"
+            )
+        time.sleep(0.2)
+
+
+def _python_module(args: list[str]) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+class LocalRPC:
+    """A TVM RPC tracker and ``workers`` RPC servers on 127.0.0.1, as child processes.
+
+    Use as a context manager: the processes start on enter (once the workers are
+    registered under ``key``) and are terminated on exit.
+    """
+
+    def __init__(self, key: str = LOCAL_KEY, workers: int = 1, port: int | None = None) -> None:
+        self.key = key
+        self.workers = workers
+        self.address = TrackerAddress("127.0.0.1", port or free_port())
+        self._procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> LocalRPC:
+        host, port = self.address.host, str(self.address.port)
+        self._procs.append(
+            _python_module(["tvm.exec.rpc_tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)])
+        )
+        _wait_listening(self.address, timeout_s=30.0)
+        for _ in range(self.workers):
+            self._procs.append(
+                _python_module(
+                    ["tvm.exec.rpc_server", "--tracker", f"{host}:{port}", "--key", self.key, "--host", host]
+                )
+            )
+        wait_for_key(self.address, self.key, timeout_s=60.0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in reversed(self._procs):
+            proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._procs.clear()
+
+
+def _wait_listening(address: TrackerAddress, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((address.host, address.port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TrackerError(f"the local RPC tracker did not start on {address}") from None
+            time.sleep(0.1)

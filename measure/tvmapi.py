@@ -1,0 +1,97 @@
+"""The one door to TVM APIs that change between releases (0.27 names today).
+
+Every other module of ``measure`` and ``tuner`` reaches unstable TVM API through
+this module, so that the next rename (``tir`` -> ``tirx``/``s_tir``, string targets
+-> JSON targets) is a one-file change.
+"""
+
+from __future__ import annotations
+
+import json
+
+import tvm
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms  # noqa: F401  (re-exported)
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # noqa: F401  (re-exported)
+from tvm.s_tir.schedule import Schedule, Trace
+
+PrimFunc = tvm.tirx.PrimFunc
+
+
+def structural_hash(func: PrimFunc) -> str:
+    """Hex structural hash of a PrimFunc with its ``global_symbol`` dropped.
+
+    Two kernels that differ only in name hash alike, so the same kernel from two
+    models is one workload.
+    """
+    return f"{tvm_ffi.structural_hash(func.without_attr('global_symbol')):016x}"
+
+
+def estimate_flops(func: PrimFunc) -> float:
+    """Floating-point operations of one call of ``func`` (multiply-add counts 2).
+
+    From TVM's ``s_tir.analysis.estimate_tir_flops``.
+    """
+    return float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
+
+
+def host_cpu() -> str:
+    """LLVM's name for this machine's CPU (for example ``znver5``)."""
+    return str(tvm.target.codegen.llvm_get_system_cpu())
+
+
+def make_target(spec: str | dict) -> tvm.target.Target:
+    """A ``tvm.target.Target`` from a JSON string, a dict, or a bare kind (``llvm``).
+
+    Raises
+    ------
+    ValueError
+        When TVM refuses the target (the message names it).
+    """
+    if isinstance(spec, str):
+        text = spec.strip()
+        spec = json.loads(text) if text.startswith("{") else {"kind": text}
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:  # TVM raises several error types for a bad target
+        raise ValueError(f"invalid target {json.dumps(spec)}: {str(err).splitlines()[-1]}") from None
+
+
+def target_json(target: tvm.target.Target) -> str:
+    """Canonical JSON of a target (sorted keys), the form stored in the database."""
+    return json.dumps(_plain(target.export()), sort_keys=True, separators=(",", ":"))
+
+
+def _plain(obj):
+    """TVM containers and IntImm/FloatImm as plain Python JSON values."""
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if isinstance(obj, dict) or type(obj).__name__ == "Map":
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple) or type(obj).__name__ == "Array":
+        return [_plain(x) for x in obj]
+    if hasattr(obj, "value"):
+        return obj.value
+    return str(obj)
+
+
+def trace_to_json(trace: Trace) -> str:
+    """Canonical JSON text of a schedule trace, postprocessing instructions included."""
+    return json.dumps(_plain(trace.as_json(remove_postproc=False)), sort_keys=True, separators=(",", ":"))
+
+
+def apply_trace(func: PrimFunc, trace_json: str) -> tvm.IRModule:
+    """Replay a trace (as stored) on a PrimFunc; the empty trace gives the unscheduled kernel.
+
+    Returns an IRModule with the scheduled function as ``main``.
+    """
+    sch = Schedule(tvm.IRModule({"main": func}))
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    return sch.mod
+
+
+def load_trace(func: PrimFunc, trace_json: str) -> Trace:
+    """The ``Trace`` object of a stored trace JSON, replayed on ``func``."""
+    sch = Schedule(tvm.IRModule({"main": func}))
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    return sch.trace
