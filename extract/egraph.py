@@ -1,0 +1,70 @@
+"""The tuner's door to the e-graph: translate, saturate, enumerate, extract.
+
+>>> exploration = explore(mod)                      # doctest: +SKIP
+>>> exploration.report.stop_reason                  # doctest: +SKIP
+'saturated'
+>>> for c in exploration.candidates:                # doctest: +SKIP
+...     check_equivalent(mod, c.mod, inputs)        # the caller checks each one
+>>> best = exploration.extract_best(node_cost)      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+
+from .extraction import CandidateGraph, NodeCost, enumerate_candidates, extract_best
+from .saturate import ProgramEGraph, SaturationLimits, SaturationReport, saturate
+
+__all__ = ["Exploration", "explore"]
+
+
+@dataclass
+class Exploration:
+    """A saturated e-graph of one program and the candidates found in it.
+
+    Attributes
+    ----------
+    state : ProgramEGraph
+        The e-graph (kept so later extractions need no new saturation).
+    report : SaturationReport
+        Why and when saturation stopped, rules fired.
+    candidates : list of CandidateGraph
+        Distinct programs, the original first.  Not checked numerically: the caller
+        runs :func:`extract.equivalence.check_equivalent` on each before using it.
+    """
+
+    state: ProgramEGraph
+    report: SaturationReport
+    candidates: list[CandidateGraph]
+
+    def extract_best(self, node_cost: NodeCost | None = None) -> CandidateGraph:
+        """The cheapest program under ``node_cost``; see :func:`extract.extraction.extract_best`."""
+        return extract_best(self.state, node_cost)
+
+
+def explore(mod: tvm.IRModule, limits: SaturationLimits = SaturationLimits(), max_candidates: int = 4) -> Exploration:
+    """Translate ``mod["main"]`` to an e-graph, saturate it and enumerate candidates.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        Relax module with ``main`` (weights as parameters after ``num_input``).
+    limits : SaturationLimits, optional
+        Iteration, e-node and time limits; default ``SaturationLimits()``.
+    max_candidates : int
+        Candidates to return at most, the original included.
+
+    Returns
+    -------
+    Exploration
+
+    Raises
+    ------
+    extract.translate.UnsupportedProgram
+        ``main`` uses constructs outside dataflow graphs.
+    """
+    state = ProgramEGraph.from_module(mod)
+    report = saturate(state, limits)
+    return Exploration(state, report, enumerate_candidates(state, max_candidates))

@@ -1,0 +1,121 @@
+"""Numerical equivalence of a candidate program and the original.
+
+Both modules are built for the host CPU (``llvm``) and run on the same inputs in the
+Relax virtual machine; the outputs (any nesting of tuples) must have the same structure,
+shapes and dtypes and agree within ``numpy.allclose`` tolerances.
+
+The last few executables are kept (keyed by the module's structural hash), so checking
+several candidates against one original builds the original once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+__all__ = ["CandidateMismatch", "check_equivalent", "run_module"]
+
+
+class CandidateMismatch(AssertionError):
+    """A candidate's outputs differ from the original's; the message is one line."""
+
+
+def run_module(mod: tvm.IRModule, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Build ``mod`` for ``llvm``, run ``main`` on ``inputs`` and flatten the outputs.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module with a function ``main``.
+    inputs : sequence of numpy.ndarray
+        Every argument of ``main`` in signature order (activations, then weights).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        The output tensors, tuples flattened depth first.
+    """
+    vm = relax.VirtualMachine(_build(mod), tvm.cpu())
+    result = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs])
+    return _flatten(result)
+
+
+_BUILT: list[tuple[int, tvm.IRModule, Any]] = []
+_BUILT_MAX = 4
+
+
+def _build(mod: tvm.IRModule) -> Any:
+    key = tvm_ffi.structural_hash(mod)
+    for i, (k, built_mod, executable) in enumerate(_BUILT):
+        if k == key and tvm_ffi.structural_equal(built_mod, mod):
+            _BUILT.append(_BUILT.pop(i))
+            return executable
+    executable = relax.build(mod, target=tvm.target.Target({"kind": "llvm"}))
+    _BUILT.append((key, mod, executable))
+    del _BUILT[:-_BUILT_MAX]
+    return executable
+
+
+def _flatten(value: Any) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out: list[np.ndarray] = []
+    for item in value:
+        out.extend(_flatten(item))
+    return out
+
+
+def check_equivalent(
+    original: tvm.IRModule,
+    candidate: tvm.IRModule,
+    inputs: Sequence[np.ndarray],
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+) -> float:
+    """Check that ``candidate`` computes what ``original`` computes.
+
+    Parameters
+    ----------
+    original, candidate : tvm.IRModule
+        Relax modules whose ``main`` functions have the same signature.
+    inputs : sequence of numpy.ndarray
+        Activations then weights, in ``main``'s signature order.
+    rtol, atol : float
+        Tolerances of ``numpy.allclose`` (candidate against original).
+
+    Returns
+    -------
+    float
+        The largest absolute difference over all outputs (0.0 for integer outputs that
+        match exactly).
+
+    Raises
+    ------
+    CandidateMismatch
+        Different number of outputs, shapes or dtypes, or values outside tolerance.
+    """
+    expected = run_module(original, inputs)
+    actual = run_module(candidate, inputs)
+    if len(expected) != len(actual):
+        raise CandidateMismatch(f"candidate has {len(actual)} outputs, original has {len(expected)}")
+    worst = 0.0
+    for i, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        if want.shape != got.shape or want.dtype != got.dtype:
+            raise CandidateMismatch(
+                f"output {i}: candidate {got.dtype}{list(got.shape)}, original {want.dtype}{list(want.shape)}"
+            )
+        if want.size == 0:
+            continue
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        err = float(np.nanmax(diff)) if not np.isnan(diff).all() else 0.0
+        worst = max(worst, err)
+        if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+            raise CandidateMismatch(
+                f"output {i} differs: max abs error {err:.3g} (rtol={rtol:g}, atol={atol:g})"
+            )
+    return worst

@@ -1,0 +1,353 @@
+"""Extraction: candidate programs out of a saturated e-graph.
+
+Costs are latencies in seconds.  An e-node costs what ``node_cost`` says for it (or
+:func:`default_node_cost`), and a term costs the sum over its *distinct* e-nodes (a DAG
+cost: a subterm used twice is computed once).  This follows egglog's monotonicity rule:
+every e-node costs at least a tiny positive amount, so a term always costs more than
+each of its subterms and extraction never picks a cycle.
+
+A merged GEMM is several ``merged_dense`` e-nodes (one per part); each part is charged
+the merged GEMM's cost times its share of the output columns.  That keeps costs
+per e-node, so greedy extraction chooses the merge part by part and takes it when the
+merged GEMM is cheaper than the separate ones.
+
+:func:`enumerate_candidates` returns the original program and the programs chosen
+under several strategies (all rewrites allowed, or some families forbidden), without
+duplicates; :func:`extract_best` returns the cheapest program under a caller's costs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+from egglog import EGraph
+from egglog.declarations import CallDecl, ValueDecl
+
+from .lang import REWRITE_NODES, Tensor, node_args, node_name, subterms
+from .lowering import lower
+from .rules import FAMILIES
+from .saturate import ProgramEGraph
+
+__all__ = [
+    "STRATEGIES",
+    "CandidateGraph",
+    "LatencyCostModel",
+    "NodeCost",
+    "candidate_from_term",
+    "default_node_cost",
+    "enumerate_candidates",
+    "extract_best",
+]
+
+Shape = tuple[int, ...]
+NodeCost = Callable[[str, "Shape | None", "str | None", "list[Shape | None]"], "float | None"]
+"""``node_cost(op_name, out_shape, dtype, arg_shapes) -> seconds or None``.
+
+``op_name`` is the constructor name (``"dense"``, ``"matmul"``, ``"silu_mul_dense"``...)
+or, for opaque nodes, the Relax op name (``"relax.nn.softmax"``).  ``out_shape`` and the
+``arg_shapes`` of the tensor arguments are static shapes or None when unknown; ``dtype``
+is the output dtype.  For ``"merged_dense"`` the shapes are those of the whole merged
+GEMM (``[..., sum N]`` and the concatenated weight ``[sum N, K]``).  None means "use
+:func:`default_node_cost`".  Leaves, tuples and tuple items are not asked (they are free).
+"""
+
+EPSILON_S = 1e-12
+"""Least cost of a computing e-node, so a term costs more than any of its subterms."""
+FORBIDDEN_S = 1e3
+"""Added to e-nodes of forbidden rewrite families: far above any real program latency."""
+
+_FREE = frozenset({"Tensor.var", "Tensor.const", "make_tuple", "get_item"})
+_GEMMS = {"matmul": 1, "dense": 1, "merged_dense": 1, "dense_add": 1, "silu_mul_dense": 2}
+
+# Default latency model: a kernel launch plus the larger of memory and compute time.
+_LAUNCH_S = 2e-6
+_BYTES_PER_S = 20e9
+_FLOPS_PER_S = 100e9
+
+
+def default_node_cost(op_name: str, out_shape: Shape | None, dtype: str | None, arg_shapes: Sequence[Shape | None]) -> float:
+    """A rough latency in seconds: launch + max(bytes / bandwidth, flops / peak).
+
+    Reshapes and weight concatenation (a load-time layout change) are free.  GEMM-like
+    nodes count ``2 * out * K`` flops (twice for ``silu_mul_dense``), others one flop per
+    output element.  Unknown shapes cost one launch.
+    """
+    if op_name in _FREE or op_name in ("reshape", "concat"):
+        return 0.0
+    if out_shape is None:
+        return _LAUNCH_S
+    try:
+        itemsize = np.dtype(dtype or "float32").itemsize
+    except TypeError:
+        itemsize = 4
+    out = math.prod(out_shape)
+    moved = out + sum(math.prod(s) for s in arg_shapes if s is not None)
+    flops = float(out)
+    x_shape = arg_shapes[0] if arg_shapes else None
+    if op_name in _GEMMS and x_shape:
+        flops = 2.0 * _GEMMS[op_name] * out * x_shape[-1]
+    return _LAUNCH_S + max(itemsize * moved / _BYTES_PER_S, flops / _FLOPS_PER_S)
+
+
+@dataclass(frozen=True)
+class CandidateGraph:
+    """One program extracted from the e-graph.
+
+    Attributes
+    ----------
+    term_text : str
+        Canonical text of the term (egglog's printer; shared subterms are named once).
+    term_hash : str
+        Hex SHA-256 of ``term_text``.
+    rewrites : tuple of str
+        Rewrite families the term uses, in :data:`extract.rules.FAMILIES` order
+        (``merge_qkv`` for merges of three weights, ``merge_pair`` for two).
+    mod : tvm.IRModule
+        The Relax program rebuilt from the term; same ``main`` signature as the original.
+    strategy : str
+        How it was chosen: ``"original"``, a :data:`STRATEGIES` name, or ``"best"``.
+    cost : float or None
+        Its cost in seconds under the cost model that chose it (None for the original).
+    """
+
+    term_text: str
+    term_hash: str
+    rewrites: tuple[str, ...]
+    mod: tvm.IRModule = field(repr=False, compare=False)
+    strategy: str = ""
+    cost: float | None = None
+
+
+STRATEGIES: dict[str, frozenset[str]] = {
+    "all": frozenset(REWRITE_NODES.values()),
+    "transpose_fold": frozenset({"transpose_fold"}),
+    "merge": frozenset({"transpose_fold", "merge"}),
+    "epilogue": frozenset({"transpose_fold", "silu", "epilogue_silu_mul", "epilogue_add"}),
+    "none": frozenset(),
+}
+"""Extraction strategies for :func:`enumerate_candidates`: the rewrite families each
+allows (node families of :data:`extract.lang.REWRITE_NODES`; the others are forbidden)."""
+
+
+class _DagCost:
+    """Cost of a term: the sum over its distinct e-nodes, with their costs kept."""
+
+    __slots__ = ("parts", "total")
+
+    def __init__(self, parts: dict[Any, float]) -> None:
+        self.parts = parts
+        self.total = math.fsum(parts.values())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _DagCost) and self.total == other.total
+
+    def __hash__(self) -> int:
+        return hash(self.total)
+
+    def __lt__(self, other: _DagCost) -> bool:
+        return self.total < other.total
+
+    def __le__(self, other: _DagCost) -> bool:
+        return self.total <= other.total
+
+    def __gt__(self, other: _DagCost) -> bool:
+        return self.total > other.total
+
+    def __ge__(self, other: _DagCost) -> bool:
+        return self.total >= other.total
+
+
+_ZERO = _DagCost({})
+
+
+class LatencyCostModel:
+    """An egglog ``CostModel`` pricing e-nodes with a ``node_cost`` function.
+
+    Parameters
+    ----------
+    state : ProgramEGraph
+        The e-graph to extract from; its shapes are read once, at construction, so
+        build the model after saturation.
+    node_cost : NodeCost, optional
+        Latency of an e-node in seconds, None for "use the default".  Negative values
+        are taken as zero.
+    allowed : frozenset of str, optional
+        Rewrite node families allowed (see :data:`extract.lang.REWRITE_NODES`); e-nodes
+        of the other families cost :data:`FORBIDDEN_S` more.  Default: all.
+    """
+
+    def __init__(
+        self,
+        state: ProgramEGraph,
+        node_cost: NodeCost | None = None,
+        allowed: frozenset[str] | None = None,
+    ) -> None:
+        self.node_cost = node_cost
+        self.allowed = frozenset(REWRITE_NODES.values()) if allowed is None else allowed
+        frozen = state.egraph.freeze().decl
+        self._class_of: dict[CallDecl, Any] = {}
+        for value, (_tp, calls) in frozen.e_classes.items():
+            for call in calls:
+                self._class_of[call] = value
+        self._shape: dict[Any, Shape] = {}
+        self._dtype: dict[Any, str] = {}
+        for call, result in frozen.sets.items():
+            fn = call.callable
+            if not getattr(fn, "ident", None) or not call.args:
+                continue
+            arg = call.args[0].expr
+            if not isinstance(arg, ValueDecl):
+                continue
+            if fn.ident.name == "shape":
+                self._shape[arg.value] = tuple(int(a.expr.value) for a in result.expr.args)
+            elif fn.ident.name == "dtype":
+                self._dtype[arg.value] = str(result.expr.value)
+        self._own: dict[CallDecl, float] = {}
+
+    def __call__(self, egraph: EGraph, expr: Any, children_costs: list[_DagCost]) -> _DagCost:
+        parts: dict[Any, float] = {}
+        for child in children_costs:
+            parts.update(child.parts)
+        typed = expr.__egg_typed_expr__
+        decl = typed.expr
+        if not (isinstance(decl, CallDecl) and typed.tp.ident.name == "Tensor"):
+            return _DagCost(parts) if parts else _ZERO
+        if decl not in self._own:
+            self._own[decl] = self._price(node_name(expr) or "", expr, decl)
+        parts[decl] = self._own[decl]
+        return _DagCost(parts)
+
+    def _price(self, name: str, expr: Any, decl: CallDecl) -> float:
+        if name in _FREE:
+            return 0.0
+        args = node_args(expr)
+        out = self._shape.get(self._class_of.get(decl))
+        dtype = self._dtype.get(self._class_of.get(decl))
+        arg_shapes = [self._shape.get(v) for v in self._tensor_values(decl)]
+        share = 1.0
+        op = name
+        if name == "Tensor.opaque":
+            op = str(args[0].__egg_typed_expr__.expr.value)
+        elif name == "merged_dense":
+            wcat = arg_shapes[1] if len(arg_shapes) > 1 else None
+            begin, end = (int(a.__egg_typed_expr__.expr.value) for a in args[2:4])
+            if out is not None and wcat:
+                share = (end - begin) / wcat[0]
+                out = (*out[:-1], wcat[0])
+        cost = self.node_cost(op, out, dtype, arg_shapes) if self.node_cost is not None else None
+        if cost is None:
+            cost = default_node_cost(op, out, dtype, arg_shapes)
+        cost = max(float(cost), 0.0) * share + EPSILON_S
+        family = REWRITE_NODES.get(name)
+        if family is not None and family not in self.allowed:
+            cost += FORBIDDEN_S
+        return cost
+
+    @staticmethod
+    def _tensor_values(decl: CallDecl) -> list[Any]:
+        values = []
+        for arg in decl.args:
+            if isinstance(arg.expr, ValueDecl) and arg.tp.ident.name == "Tensor":
+                values.append(arg.expr.value)
+            elif isinstance(arg.expr, CallDecl) and arg.tp.ident.name == "Vec":
+                values.extend(a.expr.value for a in arg.expr.args if isinstance(a.expr, ValueDecl))
+        return values
+
+
+def candidate_from_term(
+    state: ProgramEGraph, term: Tensor, strategy: str = "", cost: float | None = None
+) -> CandidateGraph:
+    """Wrap a term of ``state``'s program as a :class:`CandidateGraph` (lowering it)."""
+    text = str(term)
+    return CandidateGraph(
+        term_text=text,
+        term_hash=hashlib.sha256(text.encode()).hexdigest(),
+        rewrites=rewrites_used(term, state.root),
+        mod=lower(term, state.translation),
+        strategy=strategy,
+        cost=cost,
+    )
+
+
+def rewrites_used(term: Tensor, original: Tensor) -> tuple[str, ...]:
+    """Rewrite families whose nodes ``term`` has more of than ``original``."""
+    have, base = _family_counts(term), _family_counts(original)
+    return tuple(f for f in FAMILIES if have[f] > base[f])
+
+
+def _family_counts(term: Tensor) -> Counter:
+    counts: Counter = Counter()
+    for sub in subterms(term):
+        name = node_name(sub)
+        family = REWRITE_NODES.get(name or "")
+        if family == "merge":
+            weights = node_args(node_args(node_args(sub)[1])[0]) if node_name(node_args(sub)[1]) == "concat" else ()
+            family = {3: "merge_qkv", 2: "merge_pair"}.get(len(weights), "merge")
+        if family is not None:
+            counts[family] += 1
+    return counts
+
+
+def _extract(state: ProgramEGraph, model: LatencyCostModel) -> tuple[Tensor, float]:
+    term, cost = state.egraph.extract(state.root, include_cost=True, cost_model=model)
+    return term, cost.total
+
+
+def extract_best(state: ProgramEGraph, node_cost: NodeCost | None = None) -> CandidateGraph:
+    """The cheapest program under ``node_cost`` (greedy DAG extraction).
+
+    Parameters
+    ----------
+    state : ProgramEGraph
+        A saturated e-graph.
+    node_cost : NodeCost, optional
+        Latency of an e-node in seconds, None for the default; see :data:`NodeCost`.
+
+    Returns
+    -------
+    CandidateGraph
+        With ``strategy="best"`` and ``cost`` the predicted latency in seconds.
+    """
+    term, cost = _extract(state, LatencyCostModel(state, node_cost))
+    return candidate_from_term(state, term, "best", cost)
+
+
+def enumerate_candidates(state: ProgramEGraph, max_candidates: int = 4) -> list[CandidateGraph]:
+    """Distinct candidate programs: the original first, then one per strategy.
+
+    Parameters
+    ----------
+    state : ProgramEGraph
+        A saturated e-graph.
+    max_candidates : int
+        At most this many candidates (>= 1), including the original.
+
+    Returns
+    -------
+    list of CandidateGraph
+        Distinct by ``term_hash``; strategies in :data:`STRATEGIES` order (the default
+        latency model with the strategy's forbidden families), fewer when strategies
+        extract the same program.
+    """
+    if max_candidates < 1:
+        raise ValueError("max_candidates must be at least 1")
+    candidates = [candidate_from_term(state, state.root, "original")]
+    seen = {candidates[0].term_hash}
+    for name, allowed in STRATEGIES.items():
+        if len(candidates) >= max_candidates:
+            break
+        term, cost = _extract(state, LatencyCostModel(state, None, allowed))
+        text = str(term)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        candidates.append(candidate_from_term(state, term, name, cost))
+    return candidates

@@ -1,0 +1,231 @@
+"""The e-graph term language: one sort of tensor values and its constructors.
+
+A Relax dataflow graph becomes one :class:`Tensor` term.  The operators that rewrite
+rules look at have their own constructors (``matmul``, ``dense``, ``reshape``...); every
+other Relax call is an :meth:`Tensor.opaque` node whose ``key`` points into a Python side
+table (see :mod:`extract.translate`) that keeps the original operator, attributes and
+static arguments, so any dataflow graph translates and translates back.
+
+Shapes and dtypes are e-class facts: :func:`shape` (static shapes only) and
+:func:`dtype`.  Translation sets them for every value of the input program and the
+``shapes`` ruleset (:mod:`extract.rules`) derives them for nodes created by rewrites, so
+rules can require them and only fire where they are valid.  These functions have no merge
+function on purpose: two different shapes for one e-class would mean an unsound rewrite,
+and egglog stops with an error instead of silently picking one.
+
+Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
+
+=========================================  =============================================
+``Tensor.var(name)``                       a parameter of the Relax function
+``Tensor.const(key)``                      a constant / non-tensor leaf (side table)
+``Tensor.opaque(op, key, args)``           any other Relax call, tensor args in order
+``make_tuple(fields)``, ``get_item(t, i)`` tuple values
+``matmul(a, b)``                           ``relax.matmul`` (out dtype = input dtype)
+``permute_dims(a, axes)``                  ``relax.permute_dims``
+``reshape(a, shape)``                      ``relax.reshape`` to a static shape
+``add``, ``multiply``                      broadcasting elementwise binary ops
+``sigmoid``, ``silu``                      elementwise unary ops
+``dense(x, W)``                            ``x @ W^T``; ``x [..., K]``, ``W [N, K]``
+``concat(ws)``                             weights concatenated along axis 0 (merges)
+``merged_dense(x, Wcat, begin, end)``      columns ``[begin, end)`` of ``dense(x, Wcat)``
+``dense_add(x, W, r)``                     ``x @ W^T + r`` (``r`` has the output shape)
+``silu_mul_dense(x, Wg, Wu)``              ``silu(x @ Wg^T) * (x @ Wu^T)``
+=========================================  =============================================
+
+``merged_dense`` is how a merged GEMM appears: the parts of one merged product share the
+same ``(x, Wcat)`` and lower to one GEMM plus a split, but each part is its own e-node,
+so extraction can charge each part its share of the merged GEMM and stay monotone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from egglog import Expr, String, StringLike, Vec, function, i64, i64Like
+from egglog.declarations import CallDecl, ClassMethodRef, FunctionRef, InitRef
+from egglog.deconstruct import get_callable_args, get_literal_value
+
+__all__ = [
+    "REWRITE_NODES",
+    "NODE_NAMES",
+    "Tensor",
+    "add",
+    "concat",
+    "dense",
+    "dense_add",
+    "dtype",
+    "get_item",
+    "ints",
+    "node_args",
+    "node_name",
+    "subterms",
+    "make_tuple",
+    "matmul",
+    "merged_dense",
+    "multiply",
+    "order",
+    "permute_dims",
+    "reshape",
+    "shape",
+    "sigmoid",
+    "silu",
+    "silu_mul_dense",
+]
+
+# ruff: noqa: D103  (the module docstring documents every constructor)
+
+
+class Tensor(Expr):
+    """A tensor (or tuple) value of a Relax dataflow graph."""
+
+    @classmethod
+    def var(cls, name: StringLike) -> Tensor:  # type: ignore[empty-body]
+        """A parameter of the Relax function, by name."""
+
+    @classmethod
+    def const(cls, key: StringLike) -> Tensor:  # type: ignore[empty-body]
+        """A constant or other leaf value, by side-table key."""
+
+    @classmethod
+    def opaque(cls, op: StringLike, key: StringLike, args: Vec[Tensor]) -> Tensor:  # type: ignore[empty-body]
+        """A Relax call without its own constructor: op name, side-table key, tensor args."""
+
+
+@function
+def make_tuple(fields: Vec[Tensor]) -> Tensor: ...
+
+
+@function
+def get_item(t: Tensor, index: i64Like) -> Tensor: ...
+
+
+@function
+def matmul(a: Tensor, b: Tensor) -> Tensor: ...
+
+
+@function
+def permute_dims(a: Tensor, axes: Vec[i64]) -> Tensor: ...
+
+
+@function
+def reshape(a: Tensor, new_shape: Vec[i64]) -> Tensor: ...
+
+
+@function
+def add(a: Tensor, b: Tensor) -> Tensor: ...
+
+
+@function
+def multiply(a: Tensor, b: Tensor) -> Tensor: ...
+
+
+@function
+def sigmoid(a: Tensor) -> Tensor: ...
+
+
+@function
+def silu(a: Tensor) -> Tensor: ...
+
+
+@function
+def dense(x: Tensor, w: Tensor) -> Tensor: ...
+
+
+@function
+def concat(parts: Vec[Tensor]) -> Tensor: ...
+
+
+@function
+def merged_dense(x: Tensor, wcat: Tensor, begin: i64Like, end: i64Like) -> Tensor: ...
+
+
+@function
+def dense_add(x: Tensor, w: Tensor, r: Tensor) -> Tensor: ...
+
+
+@function
+def silu_mul_dense(x: Tensor, wg: Tensor, wu: Tensor) -> Tensor: ...
+
+
+@function
+def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
+    """Static shape of a tensor e-class (absent for symbolic shapes and tuples)."""
+
+
+@function
+def dtype(t: Tensor) -> String:  # type: ignore[empty-body]
+    """Element dtype of a tensor e-class, e.g. ``"float32"``."""
+
+
+@function
+def order(t: Tensor) -> i64:  # type: ignore[empty-body]
+    """Position of a weight leaf (a parameter after ``num_input``, or a tensor constant).
+
+    Only weights have an order.  Merge rules require it and list weights in increasing
+    order, so each set of weights is merged once, not once per permutation.
+    """
+
+# Which rewrite family introduces each rewritten constructor (the others are in the
+# input program already).  ``merged_dense`` is "merge"; the extracted term says which
+# merge (three or two weights).
+REWRITE_NODES: dict[str, str] = {
+    "dense": "transpose_fold",
+    "merged_dense": "merge",
+    "silu": "silu",
+    "silu_mul_dense": "epilogue_silu_mul",
+    "dense_add": "epilogue_add",
+}
+
+NODE_NAMES: frozenset[str] = frozenset(
+    "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "
+    "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense".split()
+)
+"""Names of the term-language constructors as egglog prints them (its e-nodes)."""
+
+
+def node_name(term: object) -> str | None:
+    """The constructor name of a term or e-node (``"dense"``, ``"Tensor.var"``...).
+
+    Returns None for literals and e-class references.  ``Vec`` containers are ``"Vec"``.
+    """
+    decl = term.__egg_typed_expr__.expr  # type: ignore[attr-defined]
+    if not isinstance(decl, CallDecl):
+        return None
+    ref = decl.callable
+    if isinstance(ref, FunctionRef):
+        return ref.ident.name
+    if isinstance(ref, ClassMethodRef):
+        return f"{ref.ident.name}.{ref.method_name}"
+    if isinstance(ref, InitRef):
+        return ref.ident.name
+    return None
+
+
+def node_args(term: object) -> tuple:
+    """The arguments of a constructor call (elements for a ``Vec``)."""
+    return tuple(get_callable_args(term))  # type: ignore[arg-type]
+
+
+def ints(vec: object) -> tuple[int, ...]:
+    """The Python ints of an extracted ``Vec[i64]`` literal term."""
+    return tuple(int(get_literal_value(v)) for v in node_args(vec))  # type: ignore[arg-type]
+
+
+def subterms(root: Tensor) -> Iterator[Tensor]:
+    """Each distinct ``Tensor`` subterm of ``root`` once, children before parents."""
+    seen: set = set()
+    stack: list[tuple[object, bool]] = [(root, False)]
+    while stack:
+        term, expanded = stack.pop()
+        key = term.__egg_typed_expr__  # type: ignore[attr-defined]
+        if expanded:
+            if key not in seen:
+                seen.add(key)
+                if key.tp.ident.name == "Tensor":
+                    yield term  # type: ignore[misc]
+            continue
+        if key in seen:
+            continue
+        stack.append((term, True))
+        if node_name(term) is not None:
+            stack.extend((child, False) for child in reversed(node_args(term)))

@@ -1,0 +1,247 @@
+"""A term -> a Relax ``IRModule`` with the original ``main`` signature.
+
+The new ``main`` has the same parameters (names, types, order), attributes and output
+structure as the translated one; the module's other functions are kept.  Language
+constructors become Relax ops; opaque nodes re-emit their original call with the new
+arguments; the rewritten constructors become kernels:
+
+- ``dense(x, W)``: one TE PrimFunc reading ``W`` in its ``[N, K]`` layout (no transpose);
+- the parts of a merged GEMM (``merged_dense`` nodes sharing ``x`` and the
+  concatenated weight): ``relax.op.concat`` of the weights, one ``dense`` and one
+  ``relax.op.split``; each part is an item of the split;
+- ``dense_add`` and ``silu_mul_dense``: one TE PrimFunc each, GEMM plus epilogue.
+
+All TVM calls that build Relax live in this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from egglog.deconstruct import get_literal_value
+from tvm import relax, te
+
+from .lang import Tensor, ints, node_args, node_name
+from .translate import Hole, OpaqueSpec, Translation, static_shape
+
+__all__ = ["LoweringError", "lower"]
+
+
+class LoweringError(ValueError):
+    """A term cannot be turned back into Relax (an unknown constructor or side-table key)."""
+
+
+def lower(term: Tensor, translation: Translation) -> tvm.IRModule:
+    """Rebuild a Relax module from a term of ``translation``'s program.
+
+    Parameters
+    ----------
+    term : Tensor
+        A term extracted from the e-graph of ``translation`` (or its root).
+    translation : Translation
+        Side tables and the original module.
+
+    Returns
+    -------
+    tvm.IRModule
+        A module whose ``main`` has the original signature and output structure.
+
+    Raises
+    ------
+    LoweringError
+        The term has a node the side tables do not know.
+    """
+    original = translation.mod
+    func = original["main"]
+    others = {gv: f for gv, f in original.functions_items() if gv.name_hint != "main"}
+    bb = relax.BlockBuilder(tvm.IRModule(others, attrs=original.attrs))
+    params = [relax.Var(p.name, p.ty) for p in func.params]
+    attrs = {k: v for k, v in (func.attrs or {}).items() if k != "global_symbol"}
+    with bb.function("main", params, attrs=attrs or None, pure=bool(func.is_pure)):
+        with bb.dataflow():
+            lowerer = _Lowerer(bb, translation, dict(zip(translation.param_names, params, strict=True)))
+            out = lowerer.value(term, root=True)
+            gv = bb.emit_output(out)
+        bb.emit_func_output(gv)
+    return bb.finalize()
+
+
+class _Lowerer:
+    def __init__(self, bb: relax.BlockBuilder, translation: Translation, params: dict[str, Any]) -> None:
+        self.bb = bb
+        self.tr = translation
+        self.params = params
+        self.memo: dict[Any, Any] = {}
+        self.splits: dict[Any, tuple[Any, list[int]]] = {}
+
+    def value(self, term: Any, root: bool = False) -> Any:
+        """The Relax expression of ``term`` (emitted once per distinct subterm)."""
+        key = term.__egg_typed_expr__
+        if key not in self.memo:
+            # Children first, iteratively, so deep graphs do not hit the recursion limit.
+            for sub in _postorder(term):
+                sub_key = sub.__egg_typed_expr__
+                if sub_key not in self.memo:
+                    self.memo[sub_key] = self._emit(sub, root=sub_key == key and root)
+        return self.memo[key]
+
+    def _emit(self, term: Any, root: bool) -> Any:
+        name = node_name(term)
+        args = node_args(term)
+        bb = self.bb
+        if name == "Tensor.var":
+            return self.params[_lit(args[0])]
+        if name == "Tensor.const":
+            return self._table(self.tr.consts, _lit(args[0]))
+        if name == "Tensor.opaque":
+            spec = self._table(self.tr.opaques, _lit(args[1]))
+            return self._opaque(spec, [self.memo[a.__egg_typed_expr__] for a in node_args(args[2])])
+        if name == "make_tuple":
+            fields = relax.Tuple([self.memo[a.__egg_typed_expr__] for a in node_args(args[0])])
+            return fields if root else bb.emit(fields)
+        v = [self.memo[a.__egg_typed_expr__] if _is_tensor(a) else a for a in args]
+        if name == "get_item":
+            return bb.emit(relax.TupleGetItem(v[0], _lit(args[1])))
+        if name == "matmul":
+            return bb.emit(relax.op.matmul(v[0], v[1]))
+        if name == "permute_dims":
+            return bb.emit(relax.op.permute_dims(v[0], list(ints(args[1]))))
+        if name == "reshape":
+            return bb.emit(relax.op.reshape(v[0], list(ints(args[1]))))
+        if name in _ELEMENTWISE:
+            return bb.emit(_ELEMENTWISE[name](*v))
+        if name == "concat":
+            return bb.emit(relax.op.concat([self.memo[a.__egg_typed_expr__] for a in node_args(args[0])], axis=0))
+        if name == "dense":
+            return bb.emit_te(dense_te, v[0], v[1], primfunc_name_hint="dense")
+        if name == "merged_dense":
+            return self._merged_part(args, v[0], v[1], _lit(args[2]), _lit(args[3]))
+        if name == "dense_add":
+            return bb.emit_te(dense_add_te, v[0], v[1], v[2], primfunc_name_hint="dense_add")
+        if name == "silu_mul_dense":
+            return bb.emit_te(silu_mul_dense_te, v[0], v[1], v[2], primfunc_name_hint="silu_mul_dense")
+        raise LoweringError(f"cannot lower node {name!r}")
+
+    def _table(self, table: dict[str, Any], key: str) -> Any:
+        if key not in table:
+            raise LoweringError(f"unknown side-table key {key!r}")
+        return table[key]
+
+    def _opaque(self, spec: OpaqueSpec, children: list[Any]) -> Any:
+        if spec.match_cast is not None:
+            return self.bb.match_cast(children[0], spec.match_cast)
+
+        def fill(t: Any) -> Any:
+            if isinstance(t, Hole):
+                return children[t.index]
+            if isinstance(t, tuple):
+                return relax.Tuple([fill(x) for x in t])
+            return t
+
+        args = [fill(t) for t in spec.args]
+        return self.bb.emit(relax.Call(spec.op, args, spec.attrs, list(spec.ty_args)))
+
+    def _merged_part(self, args: tuple, x: Any, wcat: Any, begin: int, end: int) -> Any:
+        """One part of a merged GEMM: the whole GEMM and split are emitted once."""
+        group = (args[0].__egg_typed_expr__, args[1].__egg_typed_expr__)
+        if group not in self.splits:
+            weights = node_args(node_args(args[1])[0]) if node_name(args[1]) == "concat" else ()
+            rows = [static_shape(self.memo[w.__egg_typed_expr__].ty) for w in weights]
+            product = self.bb.emit_te(dense_te, x, wcat, primfunc_name_hint="dense")
+            ndim = len(static_shape(product.ty) or ())
+            bounds = [0]
+            for shape in rows:
+                bounds.append(bounds[-1] + (shape[0] if shape else 0))
+            if len(bounds) > 2 and all(rows) and ndim:
+                parts = self.bb.emit(relax.op.split(product, bounds[1:-1], axis=ndim - 1))
+            else:
+                parts = None
+            self.splits[group] = (product, parts, bounds)
+        product, parts, bounds = self.splits[group]
+        if parts is not None and begin in bounds and bounds.index(begin) + 1 < len(bounds):
+            index = bounds.index(begin)
+            if bounds[index + 1] == end:
+                return self.bb.emit(relax.TupleGetItem(parts, index))
+        ndim = len(static_shape(product.ty) or ())
+        return self.bb.emit(relax.op.strided_slice(product, axes=[ndim - 1], begin=[begin], end=[end]))
+
+
+_ELEMENTWISE = {
+    "add": relax.op.add,
+    "multiply": relax.op.multiply,
+    "sigmoid": relax.op.sigmoid,
+    "silu": relax.op.nn.silu,
+}
+
+
+def _postorder(term: Any) -> list[Any]:
+    order: list[Any] = []
+    seen: set = set()
+    stack = [(term, False)]
+    while stack:
+        t, expanded = stack.pop()
+        key = t.__egg_typed_expr__
+        if expanded:
+            order.append(t)
+            continue
+        if key in seen:
+            continue
+        seen.add(key)
+        stack.append((t, True))
+        for child in reversed(_tensor_children(t)):
+            stack.append((child, False))
+    return order
+
+
+def _tensor_children(term: Any) -> list[Any]:
+    children = []
+    for a in node_args(term) if node_name(term) else ():
+        if _is_tensor(a):
+            children.append(a)
+        elif node_name(a) == "Vec" and a.__egg_typed_expr__.tp.args and _is_tensor_type(a.__egg_typed_expr__.tp.args[0]):
+            children.extend(node_args(a))
+    return children
+
+
+def _is_tensor(term: Any) -> bool:
+    return _is_tensor_type(term.__egg_typed_expr__.tp)
+
+
+def _is_tensor_type(tp: Any) -> bool:
+    return tp.ident.name == "Tensor"
+
+
+def _lit(term: Any) -> Any:
+    return get_literal_value(term)
+
+
+# -- kernels (TE) ---------------------------------------------------------------------
+
+
+def _gemm(x: te.Tensor, w: te.Tensor, name: str) -> te.Tensor:
+    """``x @ w^T`` for ``x [..., K]`` and ``w [N, K]``: reads ``w`` in place."""
+    k = te.reduce_axis((0, x.shape[-1]), name="k")
+    return te.compute(
+        (*x.shape[:-1], w.shape[0]),
+        lambda *i: te.sum(x[(*i[:-1], k)] * w[i[-1], k], axis=k),
+        name=name,
+    )
+
+
+def dense_te(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+    """TE of ``dense``: ``x [..., K]``, ``w [N, K]`` -> ``[..., N]`` in ``x``'s dtype."""
+    return _gemm(x, w, "dense")
+
+
+def dense_add_te(x: te.Tensor, w: te.Tensor, r: te.Tensor) -> te.Tensor:
+    """TE of ``dense_add``: ``x @ w^T + r``; ``r`` has the product's shape."""
+    y = _gemm(x, w, "dense")
+    return te.compute(y.shape, lambda *i: y[i] + r[i], name="dense_add")
+
+
+def silu_mul_dense_te(x: te.Tensor, wg: te.Tensor, wu: te.Tensor) -> te.Tensor:
+    """TE of ``silu_mul_dense``: ``silu(x @ wg^T) * (x @ wu^T)`` in one PrimFunc."""
+    g = _gemm(x, wg, "gate")
+    u = _gemm(x, wu, "up")
+    return te.compute(g.shape, lambda *i: g[i] * te.sigmoid(g[i]) * u[i], name="silu_mul_dense")

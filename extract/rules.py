@@ -1,0 +1,204 @@
+"""Rewrite rulesets over :mod:`extract.lang`, one ruleset per rewrite family.
+
+Each family is a small table; every row is one egglog rule.  Conditions on
+:func:`~extract.lang.shape` and :func:`~extract.lang.dtype` keep rules to the places
+where they are valid (a value without a static shape never matches them).
+
+=====================  ===============================================================
+ruleset                rewrite
+=====================  ===============================================================
+``shapes``             (analysis) shape and dtype of the nodes that rewrites create
+``transpose_fold``     ``matmul(x, permute_dims(W, [1, 0]))`` -> ``dense(x, W)``
+``silu``               ``multiply(a, sigmoid(a))`` (either order) -> ``silu(a)``
+``reshape``            move the frontend's reshapes out of the epilogue rules' way:
+                       ``silu(reshape(a, s))`` -> ``reshape(silu(a), s)``,
+                       ``multiply(reshape(a, s), reshape(b, s))`` ->
+                       ``reshape(multiply(a, b), s)`` (same shapes), and drop
+                       ``reshape(reshape(a, s1), s2)`` and ``reshape(a, shape(a))``
+``merge_qkv``          three ``dense(x, Wi)`` on one ``x`` (2-D weights, same K and
+                       dtype) -> the three parts of ``dense(x, concat(Wq, Wk, Wv))``
+``merge_pair``         the same for two weights (gate/up; also pairs of Q/K/V)
+``epilogue_silu_mul``  ``multiply(silu(dense(x, Wg)), dense(x, Wu))`` (either order)
+                       -> ``silu_mul_dense(x, Wg, Wu)``
+``epilogue_add``       ``add(r, dense(x, W))`` (either order, also through the reshape
+                       the frontend puts around the product) -> ``dense_add(x, W, r)``
+=====================  ===============================================================
+
+Merges need weights (values with an :func:`~extract.lang.order`) and list them in
+increasing order, so each set of weights is merged once.
+"""
+
+from __future__ import annotations
+
+from egglog import Ruleset, String, Vec, eq, i64, rewrite, rule, ruleset, set_, union, var, vars_
+
+from .lang import (
+    Tensor,
+    add,
+    concat,
+    dense,
+    dense_add,
+    dtype,
+    matmul,
+    merged_dense,
+    multiply,
+    order,
+    permute_dims,
+    reshape,
+    shape,
+    sigmoid,
+    silu,
+    silu_mul_dense,
+)
+
+__all__ = ["ANALYSIS", "FAMILIES", "RULESETS", "merge_rules"]
+
+a, b, d, r, t, w, w2, x = vars_("a b d r t w w2 x", Tensor)
+s, s2, sa, sw = vars_("s s2 sa sw", Vec[i64])
+k, begin, end = vars_("k begin end", i64)
+dt = var("dt", String)
+
+# -- shapes (analysis) ----------------------------------------------------------------
+# (node, facts binding its shape `s`, facts binding its dtype `dt`); an empty shape
+# fact list means the node carries `s` itself.
+_SHAPE_TABLE = [
+    (sigmoid(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (silu(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (add(a, b), [eq(s).to(shape(a)), eq(shape(b)).to(s)], [eq(dt).to(dtype(a)), eq(dtype(b)).to(dt)]),
+    (multiply(a, b), [eq(s).to(shape(a)), eq(shape(b)).to(s)], [eq(dt).to(dtype(a)), eq(dtype(b)).to(dt)]),
+    (reshape(a, s), [], [eq(dt).to(dtype(a))]),
+    (dense_add(x, w, r), [eq(s).to(shape(r))], [eq(dt).to(dtype(r))]),
+]
+# Products: x's shape with the last dimension replaced by `k`; dtype of x.
+_PRODUCT_TABLE = [
+    (dense(x, w), [eq(sw).to(shape(w)), eq(k).to(sw[0])]),
+    (silu_mul_dense(x, w, w2), [eq(sw).to(shape(w)), eq(k).to(sw[0])]),
+    (merged_dense(x, w, begin, end), [eq(k).to(end - begin)]),
+]
+
+
+def _shape_rules():
+    for node, shape_facts, dtype_facts in _SHAPE_TABLE:
+        yield rule(eq(t).to(node), *shape_facts).then(set_(shape(t)).to(s))
+        yield rule(eq(t).to(node), *dtype_facts).then(set_(dtype(t)).to(dt))
+    for node, facts in _PRODUCT_TABLE:
+        yield rule(eq(t).to(node), eq(sa).to(shape(x)), *facts).then(set_(shape(t)).to(sa.set(sa.length() - 1, k)))
+        yield rule(eq(t).to(node), eq(dt).to(dtype(x))).then(set_(dtype(t)).to(dt))
+
+
+ANALYSIS: Ruleset = ruleset(*_shape_rules(), name="shapes")
+
+# -- rewrites -------------------------------------------------------------------------
+_TRANSPOSE_FOLD = [
+    # `permute_dims(W, [1, 0])` makes W 2-D, so `x @ permute_dims(W)` is `x @ W^T`.
+    rewrite(matmul(x, permute_dims(w, Vec[i64](i64(1), i64(0))))).to(dense(x, w), eq(dtype(x)).to(dtype(w))),
+]
+
+_SILU = [
+    rewrite(multiply(a, sigmoid(a))).to(silu(a)),
+    rewrite(multiply(sigmoid(a), a)).to(silu(a)),
+]
+
+_RESHAPE = [
+    rewrite(silu(reshape(a, s))).to(reshape(silu(a), s)),
+    rewrite(multiply(reshape(a, s), reshape(b, s))).to(reshape(multiply(a, b), s), eq(shape(a)).to(shape(b))),
+    rewrite(reshape(reshape(a, s), s2)).to(reshape(a, s2)),
+    rewrite(reshape(a, s)).to(a, eq(shape(a)).to(s)),
+]
+
+
+def merge_rules(n: int) -> list:
+    """The rule merging ``n`` GEMMs ``dense(x, W_i)`` that share ``x`` into one.
+
+    Parameters
+    ----------
+    n : int
+        Number of weights merged (2 or more).
+
+    Returns
+    -------
+    list
+        One egglog rule.  Its weights must be 2-D with the same K and dtype, and be
+        weights listed in increasing :func:`~extract.lang.order`.  It unions each
+        ``dense(x, W_i)`` with ``merged_dense(x, concat(W_1..W_n), begin_i, end_i)`` and
+        sets the shape ``[sum N_i, K]`` and dtype of the concatenated weight.
+    """
+    outs = [var(f"m{i}", Tensor) for i in range(n)]
+    ws = [var(f"mw{i}", Tensor) for i in range(n)]
+    rows = [var(f"mn{i}", i64) for i in range(n)]
+    shapes = [var(f"ms{i}", Vec[i64]) for i in range(n)]
+    facts: list = []
+    for i in range(n):
+        facts += [
+            eq(outs[i]).to(dense(x, ws[i])),
+            eq(shapes[i]).to(shape(ws[i])),
+            eq(shapes[i].length()).to(i64(2)),
+            eq(rows[i]).to(shapes[i][0]),
+            eq(shapes[i][1]).to(k),
+            eq(dtype(ws[i])).to(dt),
+        ]
+        if i:
+            facts.append(order(ws[i - 1]) < order(ws[i]))
+    wcat = concat(Vec[Tensor](*ws))
+    actions: list = []
+    offset = i64(0)
+    for i in range(n):
+        actions.append(union(outs[i]).with_(merged_dense(x, wcat, offset, offset + rows[i])))
+        offset = offset + rows[i]
+    actions += [set_(shape(wcat)).to(Vec[i64](offset, k)), set_(dtype(wcat)).to(dt)]
+    return [rule(*facts).then(*actions)]
+
+
+def _epilogue_silu_mul() -> list:
+    # multiply(silu(gate), up) in both argument orders.
+    rules = []
+    for product in (multiply(silu(a), b), multiply(b, silu(a))):
+        rules.append(
+            rule(
+                eq(t).to(product),
+                eq(a).to(dense(x, w)),
+                eq(b).to(dense(x, w2)),
+                eq(shape(w)).to(shape(w2)),
+                eq(dtype(w)).to(dtype(w2)),
+            ).then(union(t).with_(silu_mul_dense(x, w, w2)))
+        )
+    return rules
+
+
+def _epilogue_add() -> list:
+    rules = []
+    for total in (add(r, d), add(d, r)):
+        rules.append(
+            rule(eq(t).to(total), eq(d).to(dense(x, w)), eq(shape(r)).to(shape(d)), eq(dtype(r)).to(dtype(d))).then(
+                union(t).with_(dense_add(x, w, r))
+            )
+        )
+    # r + reshape(x @ W^T, s): add in the product's shape, then reshape.
+    for total in (add(r, reshape(d, s)), add(reshape(d, s), r)):
+        rules.append(
+            rule(
+                eq(t).to(total),
+                eq(d).to(dense(x, w)),
+                eq(shape(r)).to(s),
+                eq(sa).to(shape(d)),
+                eq(dtype(r)).to(dtype(d)),
+            ).then(union(t).with_(reshape(dense_add(x, w, reshape(r, sa)), s)))
+        )
+    return rules
+
+
+_TABLE: dict[str, list] = {
+    "transpose_fold": _TRANSPOSE_FOLD,
+    "silu": _SILU,
+    "reshape": _RESHAPE,
+    "merge_qkv": merge_rules(3),
+    "merge_pair": merge_rules(2),
+    "epilogue_silu_mul": _epilogue_silu_mul(),
+    "epilogue_add": _epilogue_add(),
+}
+
+FAMILIES: tuple[str, ...] = tuple(_TABLE)
+"""Names of the rewrite rulesets, in the order a saturation iteration runs them."""
+
+RULESETS: dict[str, Ruleset] = {name: ruleset(*rules, name=name) for name, rules in _TABLE.items()}
+"""The rewrite rulesets by family name (the ``shapes`` analysis is :data:`ANALYSIS`)."""

@@ -1,0 +1,364 @@
+"""Relax function -> one :class:`~extract.lang.Tensor` term, plus the side tables.
+
+Every binding of ``main`` becomes a term; terms are hash-consed, so the three identical
+``reshape(lv15, [8, 64])`` of a decoder layer are one node.  Calls that the language has
+a constructor for become that constructor; every other call becomes ``Tensor.opaque``
+whose key is a content hash of the call without its tensor arguments (operator,
+attributes, static arguments), so identical calls share a key and a node, and the key
+is stable from one run to the next.  :mod:`extract.lowering` reads the side tables back.
+
+Only dataflow-style functions are supported: bindings of calls, tuples, tuple items,
+constants and aliases (``If`` and nested functions raise :class:`UnsupportedProgram`).
+All calls are taken to be pure, which holds for the graphs the Relax frontends emit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+import tvm_ffi
+from egglog import ActionLike, String, Vec, i64, set_
+from tvm import relax
+
+from . import lang
+from .lang import Tensor
+
+__all__ = ["Hole", "OpaqueSpec", "Translation", "UnsupportedProgram", "translate"]
+
+# Weights that are constants are ordered after every parameter.
+_CONST_ORDER_BASE = 1 << 40
+
+
+class UnsupportedProgram(ValueError):
+    """The Relax function uses a construct the term language cannot represent."""
+
+
+@dataclass(frozen=True)
+class Hole:
+    """Position of the ``index``-th tensor argument in an :class:`OpaqueSpec` template."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class OpaqueSpec:
+    """A Relax call with its tensor arguments taken out.
+
+    Attributes
+    ----------
+    op : tvm.ir.Expr
+        The callee (an ``Op``, ``GlobalVar`` or ``ExternFunc``).
+    args : tuple
+        Template of the arguments: :class:`Hole` where a tensor argument goes, a tuple of
+        templates for a ``relax.Tuple`` argument, the original expression otherwise.
+    attrs : tvm.ir.Attrs or None
+        The call attributes.
+    ty_args : tuple of tvm.ir.Type
+        The call's type arguments (``call_tir`` output types and similar).
+    match_cast : tvm.ir.Type or None
+        Set when the node is a ``MatchCast`` binding instead of a call: the type matched.
+    """
+
+    op: Any
+    args: tuple
+    attrs: Any
+    ty_args: tuple
+    match_cast: Any = None
+
+
+@dataclass
+class Translation:
+    """The term of a Relax ``main`` and what is needed to turn terms back into Relax.
+
+    Attributes
+    ----------
+    mod : tvm.IRModule
+        The module translated (its other functions are kept when lowering).
+    root : Tensor
+        Term of the function's output (a ``make_tuple`` when it returns a tuple).
+    param_names : tuple of str
+        Names used in ``Tensor.var`` for ``main``'s parameters, in signature order.
+    consts : dict of str to tvm.ir.Expr
+        Leaves by key: constants, shapes, primitive values.
+    opaques : dict of str to OpaqueSpec
+        Opaque calls by key.
+    facts : list
+        egglog actions that set ``shape``, ``dtype`` and ``order`` of translated values.
+    """
+
+    mod: tvm.IRModule
+    root: Tensor
+    param_names: tuple[str, ...]
+    consts: dict[str, Any] = field(default_factory=dict)
+    opaques: dict[str, OpaqueSpec] = field(default_factory=dict)
+    facts: list[ActionLike] = field(default_factory=list)
+
+    @property
+    def function(self) -> relax.Function:
+        """The translated ``main`` function."""
+        return self.mod["main"]
+
+
+def static_shape(ty: Any) -> tuple[int, ...] | None:
+    """The shape of a tensor type when every dimension is a known integer, else None."""
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    values = getattr(ty.shape, "values", None)
+    if values is None:
+        return None
+    dims = []
+    for v in values:
+        if not isinstance(v, tvm.tirx.IntImm):
+            return None
+        dims.append(int(v.value))
+    return tuple(dims)
+
+
+def tensor_dtype(ty: Any) -> str | None:
+    """The element dtype of a tensor type as a string, or None when not a known tensor."""
+    if not isinstance(ty, relax.TensorType) or ty.dtype is None:
+        return None
+    text = str(ty.dtype)
+    return None if text in ("", "void") else text
+
+
+def shape_vec(dims: Iterable[int]) -> Vec[i64]:
+    """An egglog ``Vec[i64]`` for a static shape or axis list."""
+    dims = [i64(int(d)) for d in dims]
+    return Vec[i64](*dims) if dims else Vec[i64].empty()
+
+
+def translate(mod: tvm.IRModule) -> Translation:
+    """Translate ``mod["main"]`` into one term and side tables.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        Relax module with a function ``main``.  Parameters at positions
+        ``>= attrs["num_input"]`` are weights (all are activations when the attribute is
+        missing); tensor constants are weights too.
+
+    Returns
+    -------
+    Translation
+
+    Raises
+    ------
+    UnsupportedProgram
+        ``main`` is missing or not a Relax function, or uses ``If``, nested functions or
+        another construct outside dataflow graphs.
+    """
+    if "main" not in mod or not isinstance(mod["main"], relax.Function):
+        raise UnsupportedProgram("the module has no Relax function 'main'")
+    return _Translator(mod).run()
+
+
+class _Translator:
+    def __init__(self, mod: tvm.IRModule) -> None:
+        self.mod = mod
+        self.func = mod["main"]
+        self.env: dict[Any, Tensor] = {}
+        self.consts: dict[str, Any] = {}
+        self.opaques: dict[str, OpaqueSpec] = {}
+        self.facts: list[ActionLike] = []
+        self.content: dict[tuple[int, str], Any] = {}
+
+    def run(self) -> Translation:
+        func = self.func
+        num_input = func.attrs.get("num_input") if func.attrs is not None else None
+        num_input = len(func.params) if num_input is None else int(num_input)
+        names: list[str] = []
+        for index, param in enumerate(func.params):
+            name = param.name if param.name not in names else f"{param.name}#{index}"
+            names.append(name)
+            term = Tensor.var(name)
+            self.env[param] = term
+            self._type_facts(term, param.ty)
+            if index >= num_input:
+                self.facts.append(set_(lang.order(term)).to(i64(index)))
+        body = func.body
+        if not isinstance(body, relax.SeqExpr):
+            root = self.term(body)
+        else:
+            for block in body.blocks:
+                for binding in block.bindings:
+                    self.bind(binding)
+            root = self.term(body.body)
+        return Translation(
+            mod=self.mod,
+            root=root,
+            param_names=tuple(names),
+            consts=self.consts,
+            opaques=self.opaques,
+            facts=self.facts,
+        )
+
+    # -- bindings and expressions ------------------------------------------------------
+
+    def bind(self, binding: Any) -> None:
+        if isinstance(binding, relax.MatchCast):
+            spec = OpaqueSpec(op=None, args=(Hole(0),), attrs=None, ty_args=(), match_cast=binding.ty)
+            key = self._key(self.opaques, ["match_cast", binding.ty], spec)
+            term = Tensor.opaque("relax.match_cast", key, Vec[Tensor](self.term(binding.value)))
+        elif isinstance(binding, relax.VarBinding):
+            term = self.term(binding.value, binding.var.ty)
+        else:
+            raise UnsupportedProgram(f"unsupported binding {type(binding).__name__}")
+        self.env[binding.var] = term
+        self._type_facts(term, binding.var.ty)
+
+    def term(self, expr: Any, ty: Any = None) -> Tensor:
+        """The term of an expression; ``ty`` is the type of the variable it is bound to."""
+        if isinstance(expr, tvm.ir.Var):
+            if expr not in self.env:
+                raise UnsupportedProgram(f"free variable {expr.name}")
+            return self.env[expr]
+        if isinstance(expr, tvm.ir.Tuple):
+            return lang.make_tuple(Vec[Tensor](*[self.term(f) for f in expr.fields]))
+        if isinstance(expr, tvm.ir.TupleGetItem):
+            return lang.get_item(self.term(expr.tuple_value), i64(int(expr.index)))
+        if isinstance(expr, tvm.ir.Call):
+            return self.call(expr, expr.ty if ty is None else ty)
+        if isinstance(expr, relax.If | relax.Function | relax.SeqExpr):
+            raise UnsupportedProgram(f"unsupported expression {type(expr).__name__}")
+        return self.leaf(expr)
+
+    def leaf(self, expr: Any) -> Tensor:
+        known = len(self.consts)
+        key = self._key(self.consts, ["const", expr], expr)
+        term = Tensor.const(key)
+        if len(self.consts) > known:  # first time this leaf is seen
+            ty = getattr(expr, "ty", None)
+            self._type_facts(term, ty)
+            if static_shape(ty) is not None:
+                self.facts.append(set_(lang.order(term)).to(i64(_CONST_ORDER_BASE + len(self.consts))))
+        return term
+
+    def call(self, call: Any, ty: Any) -> Tensor:
+        op = call.op
+        name = op.name if isinstance(op, tvm.ir.Op) else None
+        builder = _FIRST_CLASS.get(name) if name else None
+        if builder is not None:
+            term = builder(self, call, ty)
+            if term is not None:
+                return term
+        holes: list[Tensor] = []
+        template = tuple(self._template(a, holes) for a in call.args)
+        spec = OpaqueSpec(op=op, args=template, attrs=call.attrs, ty_args=tuple(call.ty_args))
+        static = [op, call.attrs, list(call.ty_args), _encode(template)]
+        key = self._key(self.opaques, static, spec)
+        label = name if name is not None else getattr(op, "name_hint", type(op).__name__)
+        return Tensor.opaque(label, key, Vec[Tensor](*holes))
+
+    def _template(self, arg: Any, holes: list[Tensor]) -> Any:
+        if isinstance(arg, tvm.ir.Tuple) and _has_var(arg):
+            return tuple(self._template(f, holes) for f in arg.fields)
+        if isinstance(arg, tvm.ir.Var) or _is_tensor_const(arg):
+            holes.append(self.term(arg))
+            return Hole(len(holes) - 1)
+        if _has_var(arg):
+            raise UnsupportedProgram(f"unsupported call argument {type(arg).__name__}")
+        return arg
+
+    # -- facts and keys ----------------------------------------------------------------
+
+    def _type_facts(self, term: Tensor, ty: Any) -> None:
+        dims = static_shape(ty)
+        if dims is not None:
+            self.facts.append(set_(lang.shape(term)).to(shape_vec(dims)))
+        dt = tensor_dtype(ty)
+        if dt is not None:
+            self.facts.append(set_(lang.dtype(term)).to(String(dt)))
+
+    def _key(self, table: dict[str, Any], content: list, value: Any) -> str:
+        """A stable key for ``content``; structurally equal content gets the same key."""
+        content_obj = tvm_ffi.convert(content)
+        base = f"{tvm_ffi.structural_hash(content_obj, map_free_vars=True):016x}"
+        key, n = base, 0
+        while key in table:
+            if tvm_ffi.structural_equal(self.content[id(table), key], content_obj, map_free_vars=True):
+                return key
+            n += 1
+            key = f"{base}-{n}"
+        table[key] = value
+        self.content[id(table), key] = content_obj
+        return key
+
+
+def _encode(template: Any) -> Any:
+    """The template with holes replaced by strings, for hashing."""
+    if isinstance(template, Hole):
+        return f"$hole{template.index}"
+    if isinstance(template, tuple):
+        return [_encode(t) for t in template]
+    return template
+
+
+def _has_var(expr: Any) -> bool:
+    if isinstance(expr, tvm.ir.Var):
+        return True
+    if isinstance(expr, tvm.ir.Tuple):
+        return any(_has_var(f) for f in expr.fields)
+    return False
+
+
+def _is_tensor_const(expr: Any) -> bool:
+    return isinstance(expr, tvm.ir.GenericConst) and isinstance(getattr(expr, "ty", None), relax.TensorType)
+
+
+# -- constructors for the operators rules look at ------------------------------------
+
+
+def _matmul(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    a, b = call.args
+    out_dtype = str(call.attrs.out_dtype) if call.attrs is not None else ""
+    if out_dtype not in ("", "void", "None") and out_dtype != tensor_dtype(a.ty):
+        return None
+    return lang.matmul(t.term(a), t.term(b))
+
+
+def _permute_dims(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    (a,) = call.args
+    axes = call.attrs.axes
+    if axes is None:
+        dims = static_shape(a.ty)
+        if dims is None:
+            return None
+        axes = list(reversed(range(len(dims))))
+    return lang.permute_dims(t.term(a), shape_vec(int(x) for x in axes))
+
+
+def _reshape(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    dims = static_shape(ty)
+    if dims is None:
+        return None
+    return lang.reshape(t.term(call.args[0]), shape_vec(dims))
+
+
+def _binary(fn: Any) -> Any:
+    def build(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+        a, b = call.args
+        return fn(t.term(a), t.term(b))
+
+    return build
+
+
+def _unary(fn: Any) -> Any:
+    def build(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+        return fn(t.term(call.args[0]))
+
+    return build
+
+
+_FIRST_CLASS = {
+    "relax.matmul": _matmul,
+    "relax.permute_dims": _permute_dims,
+    "relax.reshape": _reshape,
+    "relax.add": _binary(lang.add),
+    "relax.multiply": _binary(lang.multiply),
+    "relax.sigmoid": _unary(lang.sigmoid),
+    "relax.nn.silu": _unary(lang.silu),
+}
