@@ -115,6 +115,8 @@ class CandidateGraph:
         How it was chosen: ``"original"``, a :data:`STRATEGIES` name, or ``"best"``.
     cost : float or None
         Its cost in seconds under the cost model that chose it (None for the original).
+    term : Tensor or None
+        The extracted term itself (for walking it; not part of equality).
     """
 
     term_text: str
@@ -123,6 +125,7 @@ class CandidateGraph:
     mod: tvm.IRModule = field(repr=False, compare=False)
     strategy: str = ""
     cost: float | None = None
+    term: Tensor | None = field(default=None, repr=False, compare=False)
 
 
 STRATEGIES: dict[str, frozenset[str]] = {
@@ -273,6 +276,7 @@ def candidate_from_term(
         mod=lower(term, state.translation),
         strategy=strategy,
         cost=cost,
+        term=term,
     )
 
 

@@ -16,6 +16,7 @@ All TVM calls that build Relax live in this module.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import tvm
@@ -73,7 +74,7 @@ class _Lowerer:
         self.tr = translation
         self.params = params
         self.memo: dict[Any, Any] = {}
-        self.splits: dict[Any, tuple[Any, list[int]]] = {}
+        self.splits: dict[Any, tuple[Any, Any, list[int]]] = {}
 
     def value(self, term: Any, root: bool = False) -> Any:
         """The Relax expression of ``term`` (emitted once per distinct subterm)."""
@@ -108,7 +109,11 @@ class _Lowerer:
         if name == "permute_dims":
             return bb.emit(relax.op.permute_dims(v[0], list(ints(args[1]))))
         if name == "reshape":
-            return bb.emit(relax.op.reshape(v[0], list(ints(args[1]))))
+            new_shape = ints(args[1])
+            old_shape = static_shape(v[0].ty)
+            if old_shape is not None and math.prod(old_shape) != math.prod(new_shape):
+                raise LoweringError(f"reshape of {list(old_shape)} to {list(new_shape)} in term {term}")
+            return bb.emit(relax.op.reshape(v[0], list(new_shape)))
         if name in _ELEMENTWISE:
             return bb.emit(_ELEMENTWISE[name](*v))
         if name == "concat":

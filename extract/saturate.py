@@ -99,8 +99,8 @@ class ProgramEGraph:
         The report of the last :func:`saturate`, None before.
     """
 
-    translation: Translation
-    egraph: EGraph
+    translation: Translation = field(repr=False)
+    egraph: EGraph = field(repr=False)
     report: SaturationReport | None = None
 
     @classmethod

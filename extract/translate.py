@@ -89,12 +89,12 @@ class Translation:
         egglog actions that set ``shape``, ``dtype`` and ``order`` of translated values.
     """
 
-    mod: tvm.IRModule
-    root: Tensor
+    mod: tvm.IRModule = field(repr=False)
+    root: Tensor = field(repr=False)
     param_names: tuple[str, ...]
-    consts: dict[str, Any] = field(default_factory=dict)
-    opaques: dict[str, OpaqueSpec] = field(default_factory=dict)
-    facts: list[ActionLike] = field(default_factory=list)
+    consts: dict[str, Any] = field(default_factory=dict, repr=False)
+    opaques: dict[str, OpaqueSpec] = field(default_factory=dict, repr=False)
+    facts: list[ActionLike] = field(default_factory=list, repr=False)
 
     @property
     def function(self) -> relax.Function:

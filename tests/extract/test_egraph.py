@@ -1,0 +1,212 @@
+"""The e-graph on one tiny Qwen3 decoder layer (prefill and decode shapes).
+
+Translation, every rewrite family firing, saturation limits, distinct candidates that
+all compute what the original computes, and extraction steered by node costs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from extract import load_model
+from extract.egraph import Exploration, explore
+from extract.equivalence import CandidateMismatch, check_equivalent
+from extract.equivalence import run_module
+from extract.extraction import STRATEGIES, LatencyCostModel
+from extract.lang import node_args, node_name, subterms
+from extract.rules import FAMILIES
+from extract.saturate import ProgramEGraph, SaturationLimits, saturate
+
+STAGES = ("prefill", "decode")
+
+
+@pytest.fixture(scope="module", params=STAGES)
+def model(request):
+    return load_model("qwen3-tiny", stage=request.param, seq_len=8, kv_len=16)
+
+
+@pytest.fixture(scope="module")
+def exploration(model) -> Exploration:
+    return explore(model.mod)
+
+
+def inputs(model) -> list[np.ndarray]:
+    return [*model.inputs, *model.params]
+
+
+def counts(term) -> Counter:
+    """Constructor counts of a term; merged GEMM parts are counted by weights merged."""
+    found: Counter = Counter()
+    for sub in subterms(term):
+        name = node_name(sub)
+        if name == "merged_dense":
+            name = f"merged_dense/{len(node_args(node_args(node_args(sub)[1])[0]))}"
+        elif name == "permute_dims" and node_name(node_args(sub)[0]) == "Tensor.var":
+            name = "permute_dims(weight)"
+        found[name] += 1
+    return found
+
+
+def term_of(exploration: Exploration, strategy: str):
+    model = LatencyCostModel(exploration.state, None, STRATEGIES[strategy])
+    return exploration.state.egraph.extract(exploration.state.root, cost_model=model)
+
+
+# -- translation ----------------------------------------------------------------------
+
+
+def test_translation_shares_identical_subterms(model):
+    state = ProgramEGraph.from_module(model.mod)
+    matmuls = [t for t in subterms(state.root) if node_name(t) == "matmul"]
+    # q/k/v read one hash-consed reshape of the normed input, gate/up another.
+    xs = Counter(node_args(m)[0].__egg_typed_expr__ for m in matmuls)
+    assert sorted(xs.values(), reverse=True)[:2] == [3, 2]
+    relax_reshapes = sum(
+        1
+        for block in model.mod["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call) and b.value.op.name == "relax.reshape"
+    )
+    assert sum(1 for t in subterms(state.root) if node_name(t) == "reshape") == relax_reshapes - 3
+
+
+# -- each rewrite fires on the layer --------------------------------------------------
+
+
+def test_every_ruleset_fires(exploration):
+    report = exploration.report
+    assert report.stop_reason == "saturated"
+    assert set(report.rules_fired) == set(FAMILIES)
+    assert all(report.rules_fired[f] > 0 for f in FAMILIES), report.rules_fired
+
+
+# strategy -> constructor counts expected in the term it extracts
+EXPECTED = {
+    "none": {"matmul": 9, "permute_dims(weight)": 7, "dense": 0, "merged_dense/3": 0},
+    "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7},
+    "merge": {"dense": 2, "merged_dense/3": 3, "merged_dense/2": 2, "concat": 2},
+    "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0},
+    "all": {"merged_dense/3": 3, "silu_mul_dense": 1, "dense_add": 2, "dense": 0, "matmul": 2},
+}
+
+
+@pytest.mark.parametrize("strategy", list(EXPECTED))
+def test_strategy_extracts_the_expected_rewrites(exploration, strategy):
+    found = counts(term_of(exploration, strategy))
+    assert {k: found[k] for k in EXPECTED[strategy]} == EXPECTED[strategy]
+
+
+# -- saturation limits ----------------------------------------------------------------
+
+LIMITS = [
+    (SaturationLimits(), "saturated"),
+    (SaturationLimits(max_enodes=10), "node_limit"),
+    (SaturationLimits(max_iterations=1), "iteration_limit"),
+    (SaturationLimits(max_seconds=0.0), "time_limit"),
+]
+
+
+@pytest.mark.parametrize(("limits", "reason"), LIMITS, ids=[r for _, r in LIMITS])
+def test_saturation_reports_its_stop_reason(model, limits, reason):
+    state = ProgramEGraph.from_module(model.mod)
+    start = state.enodes()
+    report = saturate(state, limits)
+    assert report.stop_reason == reason
+    assert report.enodes == state.enodes() >= start
+    assert 0 < report.eclasses <= report.enodes
+    assert report.iterations <= limits.max_iterations
+    if reason == "saturated":
+        assert report.iterations >= 2 and report.enodes > start
+    if reason in ("node_limit", "time_limit"):
+        assert report.iterations == 0 and report.enodes == start
+
+
+# -- candidates -----------------------------------------------------------------------
+
+
+def test_candidates_are_distinct_and_match_the_original(model, exploration):
+    candidates = exploration.candidates
+    assert len(candidates) == 4
+    assert candidates[0].strategy == "original" and candidates[0].rewrites == ()
+    assert candidates[0].term_text == str(exploration.state.root)
+    assert len({c.term_hash for c in candidates}) == len(candidates)
+    assert len({c.rewrites for c in candidates}) == len(candidates)
+    for c in candidates:
+        assert check_equivalent(model.mod, c.mod, inputs(model)) <= 1e-4, c.strategy
+
+
+def test_round_trip_keeps_the_signature(model, exploration):
+    original, rebuilt = model.mod["main"], exploration.candidates[0].mod["main"]
+    assert [p.name for p in rebuilt.params] == [p.name for p in original.params]
+    for p, q in zip(rebuilt.params, original.params, strict=True):
+        assert tvm_ffi.structural_equal(p.ty, q.ty)
+    assert tvm_ffi.structural_equal(rebuilt.ret_ty, original.ret_ty)
+    assert int(rebuilt.attrs["num_input"]) == int(original.attrs["num_input"])
+    ours = check_equivalent(model.mod, exploration.candidates[0].mod, inputs(model), rtol=0, atol=0)
+    assert ours == 0.0
+    reference = model.reference_outputs()
+    if reference is not None:  # and it is what PyTorch computes
+        for got, want in zip(run_module(exploration.candidates[0].mod, inputs(model)), reference, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_rewritten_kernels_read_weights_in_place(exploration):
+    mod = next(c for c in exploration.candidates if c.strategy == "all").mod
+    text = mod["main"].script()
+    # No transpose of a weight is left, and each fused node is one kernel.
+    assert "permute_dims(p_" not in text
+    kernels = Counter(str(gv.name_hint).rstrip("0123456789") for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    assert kernels["silu_mul_dense"] == 1 and kernels["dense_add"] >= 1
+    assert "R.split(" in text and "R.concat((p_" in text
+
+
+def _toy(op) -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    y = relax.Var("y", relax.TensorType((4, 8), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            gv = bb.emit_output(op(x, y))
+        bb.emit_func_output(gv)
+    return bb.finalize()
+
+
+def test_a_wrong_candidate_is_caught():
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((4, 8)).astype("float32") for _ in range(2)]
+    original = _toy(relax.op.add)
+    assert check_equivalent(original, _toy(lambda a, b: relax.op.add(b, a)), args) == 0.0
+    with pytest.raises(CandidateMismatch, match=r"output 0 differs: max abs error \S+ \(rtol"):
+        check_equivalent(original, _toy(relax.op.subtract), args)
+
+
+# -- node costs steer extraction ------------------------------------------------------
+
+
+def _priced(expensive: set[str]):
+    def node_cost(op_name, out_shape, dtype, arg_shapes):
+        return 1.0 if op_name in expensive else None
+
+    return node_cost
+
+
+STEERING = [
+    (set(), {"merged_dense/3": 3, "silu_mul_dense": 1, "dense_add": 2}),
+    ({"merged_dense"}, {"merged_dense/3": 0, "merged_dense/2": 0, "dense": 3, "silu_mul_dense": 1}),
+    ({"silu_mul_dense", "dense_add"}, {"silu_mul_dense": 0, "dense_add": 0, "merged_dense/3": 3, "merged_dense/2": 2}),
+    ({"dense", "merged_dense", "silu_mul_dense", "dense_add"}, {"dense": 0, "matmul": 9, "merged_dense/3": 0}),
+]
+
+
+@pytest.mark.parametrize(("expensive", "expected"), STEERING, ids=["default", "merges", "fusions", "all"])
+def test_node_cost_steers_extract_best(exploration, expensive, expected):
+    best = exploration.extract_best(_priced(expensive))
+    assert best.strategy == "best" and best.cost is not None
+    found = counts(best.term)
+    assert {k: found[k] for k in expected} == expected
