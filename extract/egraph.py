@@ -44,15 +44,20 @@ class Exploration:
         return extract_best(self.state, node_cost)
 
 
-def explore(mod: tvm.IRModule, limits: SaturationLimits = SaturationLimits(), max_candidates: int = 4) -> Exploration:
+DEFAULT_LIMITS = SaturationLimits()
+
+
+def explore(
+    mod: tvm.IRModule, limits: SaturationLimits = DEFAULT_LIMITS, max_candidates: int = 4
+) -> Exploration:
     """Translate ``mod["main"]`` to an e-graph, saturate it and enumerate candidates.
 
     Parameters
     ----------
     mod : tvm.IRModule
         Relax module with ``main`` (weights as parameters after ``num_input``).
-    limits : SaturationLimits, optional
-        Iteration, e-node and time limits; default ``SaturationLimits()``.
+    limits : SaturationLimits
+        Iteration, e-node and time limits.
     max_candidates : int
         Candidates to return at most, the original included.
 

@@ -102,12 +102,15 @@ def check_equivalent(
     expected = run_module(original, inputs)
     actual = run_module(candidate, inputs)
     if len(expected) != len(actual):
-        raise CandidateMismatch(f"candidate has {len(actual)} outputs, original has {len(expected)}")
+        raise CandidateMismatch(
+            f"candidate has {len(actual)} outputs, original has {len(expected)}"
+        )
     worst = 0.0
     for i, (want, got) in enumerate(zip(expected, actual, strict=True)):
         if want.shape != got.shape or want.dtype != got.dtype:
             raise CandidateMismatch(
-                f"output {i}: candidate {got.dtype}{list(got.shape)}, original {want.dtype}{list(want.shape)}"
+                f"output {i}: candidate {got.dtype}{list(got.shape)}, "
+                f"original {want.dtype}{list(want.shape)}"
             )
         if want.size == 0:
             continue

@@ -72,7 +72,9 @@ _BYTES_PER_S = 20e9
 _FLOPS_PER_S = 100e9
 
 
-def default_node_cost(op_name: str, out_shape: Shape | None, dtype: str | None, arg_shapes: Sequence[Shape | None]) -> float:
+def default_node_cost(
+    op_name: str, out_shape: Shape | None, dtype: str | None, arg_shapes: Sequence[Shape | None]
+) -> float:
     """A rough latency in seconds: launch + max(bytes / bandwidth, flops / peak).
 
     Reshapes and weight concatenation (a load-time layout change) are free.  GEMM-like
@@ -292,7 +294,11 @@ def _family_counts(term: Tensor) -> Counter:
         name = node_name(sub)
         family = REWRITE_NODES.get(name or "")
         if family == "merge":
-            weights = node_args(node_args(node_args(sub)[1])[0]) if node_name(node_args(sub)[1]) == "concat" else ()
+            weights = (
+                node_args(node_args(node_args(sub)[1])[0])
+                if node_name(node_args(sub)[1]) == "concat"
+                else ()
+            )
             family = {3: "merge_qkv", 2: "merge_pair"}.get(len(weights), "merge")
         if family is not None:
             counts[family] += 1

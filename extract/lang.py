@@ -165,6 +165,7 @@ def order(t: Tensor) -> i64:  # type: ignore[empty-body]
     order, so each set of weights is merged once, not once per permutation.
     """
 
+
 # Which rewrite family introduces each rewritten constructor (the others are in the
 # input program already).  ``merged_dense`` is "merge"; the extracted term says which
 # merge (three or two weights).

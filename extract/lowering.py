@@ -61,7 +61,9 @@ def lower(term: Tensor, translation: Translation) -> tvm.IRModule:
     attrs = {k: v for k, v in (func.attrs or {}).items() if k != "global_symbol"}
     with bb.function("main", params, attrs=attrs or None, pure=bool(func.is_pure)):
         with bb.dataflow():
-            lowerer = _Lowerer(bb, translation, dict(zip(translation.param_names, params, strict=True)))
+            lowerer = _Lowerer(
+                bb, translation, dict(zip(translation.param_names, params, strict=True))
+            )
             out = lowerer.value(term, root=True)
             gv = bb.emit_output(out)
         bb.emit_func_output(gv)
@@ -69,7 +71,9 @@ def lower(term: Tensor, translation: Translation) -> tvm.IRModule:
 
 
 class _Lowerer:
-    def __init__(self, bb: relax.BlockBuilder, translation: Translation, params: dict[str, Any]) -> None:
+    def __init__(
+        self, bb: relax.BlockBuilder, translation: Translation, params: dict[str, Any]
+    ) -> None:
         self.bb = bb
         self.tr = translation
         self.params = params
@@ -112,12 +116,18 @@ class _Lowerer:
             new_shape = ints(args[1])
             old_shape = static_shape(v[0].ty)
             if old_shape is not None and math.prod(old_shape) != math.prod(new_shape):
-                raise LoweringError(f"reshape of {list(old_shape)} to {list(new_shape)} in term {term}")
+                raise LoweringError(
+                    f"reshape of {list(old_shape)} to {list(new_shape)} in term {term}"
+                )
             return bb.emit(relax.op.reshape(v[0], list(new_shape)))
         if name in _ELEMENTWISE:
             return bb.emit(_ELEMENTWISE[name](*v))
         if name == "concat":
-            return bb.emit(relax.op.concat([self.memo[a.__egg_typed_expr__] for a in node_args(args[0])], axis=0))
+            return bb.emit(
+                relax.op.concat(
+                    [self.memo[a.__egg_typed_expr__] for a in node_args(args[0])], axis=0
+                )
+            )
         if name == "dense":
             return bb.emit_te(dense_te, v[0], v[1], primfunc_name_hint="dense")
         if name == "merged_dense":
@@ -125,7 +135,9 @@ class _Lowerer:
         if name == "dense_add":
             return bb.emit_te(dense_add_te, v[0], v[1], v[2], primfunc_name_hint="dense_add")
         if name == "silu_mul_dense":
-            return bb.emit_te(silu_mul_dense_te, v[0], v[1], v[2], primfunc_name_hint="silu_mul_dense")
+            return bb.emit_te(
+                silu_mul_dense_te, v[0], v[1], v[2], primfunc_name_hint="silu_mul_dense"
+            )
         raise LoweringError(f"cannot lower node {name!r}")
 
     def _table(self, table: dict[str, Any], key: str) -> Any:
@@ -169,7 +181,9 @@ class _Lowerer:
             if bounds[index + 1] == end:
                 return self.bb.emit(relax.TupleGetItem(parts, index))
         ndim = len(static_shape(product.ty) or ())
-        return self.bb.emit(relax.op.strided_slice(product, axes=[ndim - 1], begin=[begin], end=[end]))
+        return self.bb.emit(
+            relax.op.strided_slice(product, axes=[ndim - 1], begin=[begin], end=[end])
+        )
 
 
 _ELEMENTWISE = {
@@ -204,7 +218,11 @@ def _tensor_children(term: Any) -> list[Any]:
     for a in node_args(term) if node_name(term) else ():
         if _is_tensor(a):
             children.append(a)
-        elif node_name(a) == "Vec" and a.__egg_typed_expr__.tp.args and _is_tensor_type(a.__egg_typed_expr__.tp.args[0]):
+        elif (
+            node_name(a) == "Vec"
+            and a.__egg_typed_expr__.tp.args
+            and _is_tensor_type(a.__egg_typed_expr__.tp.args[0])
+        ):
             children.extend(node_args(a))
     return children
 

@@ -64,8 +64,16 @@ dt = var("dt", String)
 _SHAPE_TABLE = [
     (sigmoid(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (silu(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
-    (add(a, b), [eq(s).to(shape(a)), eq(shape(b)).to(s)], [eq(dt).to(dtype(a)), eq(dtype(b)).to(dt)]),
-    (multiply(a, b), [eq(s).to(shape(a)), eq(shape(b)).to(s)], [eq(dt).to(dtype(a)), eq(dtype(b)).to(dt)]),
+    (
+        add(a, b),
+        [eq(s).to(shape(a)), eq(shape(b)).to(s)],
+        [eq(dt).to(dtype(a)), eq(dtype(b)).to(dt)],
+    ),
+    (
+        multiply(a, b),
+        [eq(s).to(shape(a)), eq(shape(b)).to(s)],
+        [eq(dt).to(dtype(a)), eq(dtype(b)).to(dt)],
+    ),
     (reshape(a, s), [], [eq(dt).to(dtype(a))]),
     (dense_add(x, w, r), [eq(s).to(shape(r))], [eq(dt).to(dtype(r))]),
 ]
@@ -82,7 +90,9 @@ def _shape_rules():
         yield rule(eq(t).to(node), *shape_facts).then(set_(shape(t)).to(s))
         yield rule(eq(t).to(node), *dtype_facts).then(set_(dtype(t)).to(dt))
     for node, facts in _PRODUCT_TABLE:
-        yield rule(eq(t).to(node), eq(sa).to(shape(x)), *facts).then(set_(shape(t)).to(sa.set(sa.length() - 1, k)))
+        yield rule(eq(t).to(node), eq(sa).to(shape(x)), *facts).then(
+            set_(shape(t)).to(sa.set(sa.length() - 1, k))
+        )
         yield rule(eq(t).to(node), eq(dt).to(dtype(x))).then(set_(dtype(t)).to(dt))
 
 
@@ -91,7 +101,9 @@ ANALYSIS: Ruleset = ruleset(*_shape_rules(), name="shapes")
 # -- rewrites -------------------------------------------------------------------------
 _TRANSPOSE_FOLD = [
     # `permute_dims(W, [1, 0])` makes W 2-D, so `x @ permute_dims(W)` is `x @ W^T`.
-    rewrite(matmul(x, permute_dims(w, Vec[i64](i64(1), i64(0))))).to(dense(x, w), eq(dtype(x)).to(dtype(w))),
+    rewrite(matmul(x, permute_dims(w, Vec[i64](i64(1), i64(0))))).to(
+        dense(x, w), eq(dtype(x)).to(dtype(w))
+    ),
 ]
 
 _SILU = [
@@ -101,7 +113,9 @@ _SILU = [
 
 _RESHAPE = [
     rewrite(silu(reshape(a, s))).to(reshape(silu(a), s)),
-    rewrite(multiply(reshape(a, s), reshape(b, s))).to(reshape(multiply(a, b), s), eq(shape(a)).to(shape(b))),
+    rewrite(multiply(reshape(a, s), reshape(b, s))).to(
+        reshape(multiply(a, b), s), eq(shape(a)).to(shape(b))
+    ),
     rewrite(reshape(reshape(a, s), s2)).to(reshape(a, s2)),
     rewrite(reshape(a, s)).to(a, eq(shape(a)).to(s)),
 ]
@@ -169,9 +183,12 @@ def _epilogue_add() -> list:
     rules = []
     for total in (add(r, d), add(d, r)):
         rules.append(
-            rule(eq(t).to(total), eq(d).to(dense(x, w)), eq(shape(r)).to(shape(d)), eq(dtype(r)).to(dtype(d))).then(
-                union(t).with_(dense_add(x, w, r))
-            )
+            rule(
+                eq(t).to(total),
+                eq(d).to(dense(x, w)),
+                eq(shape(r)).to(shape(d)),
+                eq(dtype(r)).to(dtype(d)),
+            ).then(union(t).with_(dense_add(x, w, r)))
         )
     # r + reshape(x @ W^T, s): add in the product's shape, then reshape.
     for total in (add(r, reshape(d, s)), add(reshape(d, s), r)):

@@ -105,7 +105,7 @@ class ProgramEGraph:
 
     @classmethod
     def from_module(cls, mod: tvm.IRModule) -> ProgramEGraph:
-        """Translate ``mod["main"]`` into a fresh e-graph (see :func:`extract.translate.translate`)."""
+        """Translate ``mod["main"]`` into an e-graph (see :func:`~extract.translate.translate`)."""
         translation = translate(mod)
         egraph = EGraph()
         egraph.register(translation.root, *translation.facts)

@@ -200,7 +200,9 @@ class _Translator:
 
     def bind(self, binding: Any) -> None:
         if isinstance(binding, relax.MatchCast):
-            spec = OpaqueSpec(op=None, args=(Hole(0),), attrs=None, ty_args=(), match_cast=binding.ty)
+            spec = OpaqueSpec(
+                op=None, args=(Hole(0),), attrs=None, ty_args=(), match_cast=binding.ty
+            )
             key = self._key(self.opaques, ["match_cast", binding.ty], spec)
             term = Tensor.opaque("relax.match_cast", key, Vec[Tensor](self.term(binding.value)))
         elif isinstance(binding, relax.VarBinding):
@@ -234,7 +236,9 @@ class _Translator:
             ty = getattr(expr, "ty", None)
             self._type_facts(term, ty)
             if static_shape(ty) is not None:
-                self.facts.append(set_(lang.order(term)).to(i64(_CONST_ORDER_BASE + len(self.consts))))
+                self.facts.append(
+                    set_(lang.order(term)).to(i64(_CONST_ORDER_BASE + len(self.consts)))
+                )
         return term
 
     def call(self, call: Any, ty: Any) -> Tensor:
@@ -279,7 +283,9 @@ class _Translator:
         base = f"{tvm_ffi.structural_hash(content_obj, map_free_vars=True):016x}"
         key, n = base, 0
         while key in table:
-            if tvm_ffi.structural_equal(self.content[id(table), key], content_obj, map_free_vars=True):
+            if tvm_ffi.structural_equal(
+                self.content[id(table), key], content_obj, map_free_vars=True
+            ):
                 return key
             n += 1
             key = f"{base}-{n}"
@@ -306,7 +312,9 @@ def _has_var(expr: Any) -> bool:
 
 
 def _is_tensor_const(expr: Any) -> bool:
-    return isinstance(expr, tvm.ir.GenericConst) and isinstance(getattr(expr, "ty", None), relax.TensorType)
+    return isinstance(expr, tvm.ir.GenericConst) and isinstance(
+        getattr(expr, "ty", None), relax.TensorType
+    )
 
 
 # -- constructors for the operators rules look at ------------------------------------

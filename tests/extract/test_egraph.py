@@ -16,8 +16,7 @@ from tvm import relax
 
 from extract import load_model
 from extract.egraph import Exploration, explore
-from extract.equivalence import CandidateMismatch, check_equivalent
-from extract.equivalence import run_module
+from extract.equivalence import CandidateMismatch, check_equivalent, run_module
 from extract.extraction import STRATEGIES, LatencyCostModel
 from extract.lang import node_args, node_name, subterms
 from extract.rules import FAMILIES
@@ -152,7 +151,9 @@ def test_round_trip_keeps_the_signature(model, exploration):
     assert ours == 0.0
     reference = model.reference_outputs()
     if reference is not None:  # and it is what PyTorch computes
-        for got, want in zip(run_module(exploration.candidates[0].mod, inputs(model)), reference, strict=True):
+        for got, want in zip(
+            run_module(exploration.candidates[0].mod, inputs(model)), reference, strict=True
+        ):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -161,7 +162,11 @@ def test_rewritten_kernels_read_weights_in_place(exploration):
     text = mod["main"].script()
     # No transpose of a weight is left, and each fused node is one kernel.
     assert "permute_dims(p_" not in text
-    kernels = Counter(str(gv.name_hint).rstrip("0123456789") for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    kernels = Counter(
+        str(gv.name_hint).rstrip("0123456789")
+        for gv, f in mod.functions_items()
+        if isinstance(f, tvm.tirx.PrimFunc)
+    )
     assert kernels["silu_mul_dense"] == 1 and kernels["dense_add"] >= 1
     assert "R.split(" in text and "R.concat((p_" in text
 
@@ -199,12 +204,20 @@ def _priced(expensive: set[str]):
 STEERING = [
     (set(), {"merged_dense/3": 3, "silu_mul_dense": 1, "dense_add": 2}),
     ({"merged_dense"}, {"merged_dense/3": 0, "merged_dense/2": 0, "dense": 3, "silu_mul_dense": 1}),
-    ({"silu_mul_dense", "dense_add"}, {"silu_mul_dense": 0, "dense_add": 0, "merged_dense/3": 3, "merged_dense/2": 2}),
-    ({"dense", "merged_dense", "silu_mul_dense", "dense_add"}, {"dense": 0, "matmul": 9, "merged_dense/3": 0}),
+    (
+        {"silu_mul_dense", "dense_add"},
+        {"silu_mul_dense": 0, "dense_add": 0, "merged_dense/3": 3, "merged_dense/2": 2},
+    ),
+    (
+        {"dense", "merged_dense", "silu_mul_dense", "dense_add"},
+        {"dense": 0, "matmul": 9, "merged_dense/3": 0},
+    ),
 ]
 
 
-@pytest.mark.parametrize(("expensive", "expected"), STEERING, ids=["default", "merges", "fusions", "all"])
+@pytest.mark.parametrize(
+    ("expensive", "expected"), STEERING, ids=["default", "merges", "fusions", "all"]
+)
 def test_node_cost_steers_extract_best(exploration, expensive, expected):
     best = exploration.extract_best(_priced(expensive))
     assert best.strategy == "best" and best.cost is not None

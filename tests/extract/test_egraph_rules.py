@@ -30,7 +30,9 @@ F32, F16 = "float32", "float16"
 _weights = iter(range(1_000_000))
 
 
-def leaf(name: str, dims: tuple[int, ...], dt: str = F32, weight: bool = False) -> tuple[Tensor, list]:
+def leaf(
+    name: str, dims: tuple[int, ...], dt: str = F32, weight: bool = False
+) -> tuple[Tensor, list]:
     """A parameter with its shape and dtype facts (and an order when it is a weight)."""
     t = Tensor.var(name)
     facts = [set_(shape(t)).to(shape_vec(dims)), set_(dtype(t)).to(String(dt))]
@@ -137,14 +139,31 @@ CASES = [
     ("epilogue_silu_mul", "gate and up on different x", lambda: silu_mul(other_x=True), False),
     ("epilogue_add", "r + x @ W^T", lambda: residual(), True),
     ("epilogue_add", "x @ W^T + r", lambda: residual(swapped=True), True),
-    ("epilogue_add", "r + reshape(x @ W^T)", lambda: residual(r_dims=(1, 8, 64), through_reshape=True), True),
-    ("epilogue_add", "reshape(x @ W^T) + r", lambda: residual((1, 8, 64), swapped=True, through_reshape=True), True),
+    (
+        "epilogue_add",
+        "r + reshape(x @ W^T)",
+        lambda: residual(r_dims=(1, 8, 64), through_reshape=True),
+        True,
+    ),
+    (
+        "epilogue_add",
+        "reshape(x @ W^T) + r",
+        lambda: residual((1, 8, 64), swapped=True, through_reshape=True),
+        True,
+    ),
     ("epilogue_add", "r broadcasts", lambda: residual(r_dims=(64,)), False),
-    ("epilogue_add", "r broadcasts through reshape", lambda: residual((64,), through_reshape=True), False),
+    (
+        "epilogue_add",
+        "r broadcasts through reshape",
+        lambda: residual((64,), through_reshape=True),
+        False,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("family", "case", "build", "fires"), CASES, ids=[f"{f}: {c}" for f, c, _, _ in CASES])
+@pytest.mark.parametrize(
+    ("family", "case", "build", "fires"), CASES, ids=[f"{f}: {c}" for f, c, _, _ in CASES]
+)
 def test_rule_fires_only_where_valid(family, case, build, fires):
     eg, constructor = build()
     before = eg.function_size(constructor)
@@ -182,7 +201,11 @@ def test_residual_through_reshape_keeps_shapes():
     r = Tensor.var("r")
     fused = dense_add(Tensor.var("x"), Tensor.var("w0"), reshape(r, shape_vec((8, 64))))
     eg.check(eq(shape(fused)).to(shape_vec((8, 64))))
-    eg.check(eq(add(r, reshape(dense(Tensor.var("x"), Tensor.var("w0")), shape_vec((1, 8, 64))))).to(reshape(fused, shape_vec((1, 8, 64)))))
+    eg.check(
+        eq(add(r, reshape(dense(Tensor.var("x"), Tensor.var("w0")), shape_vec((1, 8, 64))))).to(
+            reshape(fused, shape_vec((1, 8, 64)))
+        )
+    )
 
 
 def test_every_family_has_cases():
