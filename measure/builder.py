@@ -1,24 +1,37 @@
 """Building candidates in a pool of separate processes (crash and timeout isolation).
 
-A thin layer over MetaSchedule's ``LocalBuilder``: its processes stay up for the
-whole session, so each batch pays only for compilation.
+The pool (TVM's ``PopenPoolExecutor``) stays up across batches, so a batch pays
+only for compilation; it is recycled every ``recycle_after`` builds because TVM's
+pool workers leak memory over long use. Each build uses MetaSchedule's default
+build and export functions and reports its own compile time.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import time
 from dataclasses import dataclass
 
 import tvm
-
-from .tvmapi import ms
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 
 @dataclass(frozen=True)
 class BuildResult:
-    """Where a built candidate lies, or why it did not build."""
+    """Where a built candidate lies (a tar of the kernel library), or why it did not build."""
 
     artifact_path: str | None
     error: str | None
+    build_time_s: float = 0.0
+
+
+def _build_one(mod: tvm.IRModule, *, target: tvm.target.Target) -> tuple[str, float]:
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
+
+    start = time.perf_counter()
+    path = default_export(default_build(mod, target, None))
+    return path, time.perf_counter() - start
 
 
 class Builder:
@@ -31,16 +44,42 @@ class Builder:
     workers : int
         Build processes (default: the CPU count).
     timeout_s : float
-        Seconds one build may take before it is killed and reported.
+        Seconds one build may take before its process is killed (status ``timeout``).
+    recycle_after : int
+        Builds after which the pool's processes are replaced.
     """
 
-    def __init__(self, target: tvm.target.Target, workers: int | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, target: tvm.target.Target, workers: int | None = None, timeout_s: float = 60.0, recycle_after: int = 256
+    ) -> None:
         self.target = target
-        self._builder = ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout_s)
+        self.workers = workers or os.cpu_count() or 1
+        self.timeout_s = timeout_s
+        self.recycle_after = recycle_after
+        self._pool: PopenPoolExecutor | None = None
+        self._built = 0
 
     def build(self, mods: list[tvm.IRModule]) -> list[BuildResult]:
         """Build each module (a scheduled kernel as ``main``); one result per module, in order."""
         if not mods:
             return []
-        inputs = [ms.builder.BuilderInput(mod, self.target) for mod in mods]
-        return [BuildResult(r.artifact_path, r.error_msg) for r in self._builder.build(inputs)]
+        if self._pool is None or self._built >= self.recycle_after:
+            self.close()
+            self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_s)
+            self._built = 0
+        self._built += len(mods)
+        results = []
+        for item in self._pool.map_with_error_catching(functools.partial(_build_one, target=self.target), mods):
+            if item.status == StatusKind.COMPLETE:
+                results.append(BuildResult(item.value[0], None, item.value[1]))
+            elif item.status == StatusKind.TIMEOUT:
+                results.append(BuildResult(None, f"build timeout: killed after {self.timeout_s:g} s", self.timeout_s))
+            else:
+                results.append(BuildResult(None, f"build error: {item.value}"))
+        return results
+
+    def close(self) -> None:
+        """Stop the build processes."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

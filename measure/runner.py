@@ -1,23 +1,24 @@
 """Running built candidates on a worker obtained from the TVM RPC tracker.
 
-MetaSchedule's ``RPCRunner`` does the session, upload and ``time_evaluator``
-work; this module gives it two hooks of our own: arguments are fixed inputs
-(not random) with fresh output buffers per candidate, filled with NaN, and the
-outputs of a first run are checked against the reference before anything is
-timed. A mismatch fails the run with ``wrong_result`` and is never a time.
+Each run happens in a process of a persistent pool (TVM's ``PopenPoolExecutor``),
+which talks to the tracker: request a worker of the key, upload the kernel,
+allocate the arguments, run once and check the outputs against the reference,
+then time with ``time_evaluator``. Inputs are fixed (not random) and the output
+buffers are fresh for every candidate, filled with NaN, so a kernel that skips
+an element fails the check. A mismatch is ``wrong_result`` and never a time.
 """
 
 from __future__ import annotations
 
-import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from .builder import BuildResult
 from .protocol import WRONG_RESULT_TAG, MeasureConfig, classify_run_error, first_line
 from .rpc import TrackerAddress
-from .tvmapi import ms
 
 
 @dataclass(frozen=True)
@@ -41,41 +42,46 @@ class RunResult:
     error: str = ""
 
 
-def _alloc_fixed(session, device, args_info, alloc_repeat, *, reference: KernelReference):
+def _run_one(tracker: TrackerAddress, key: str, artifact: str, device_type: str, reference: KernelReference,
+             config: MeasureConfig) -> list[float]:
     import tvm
+    from tvm import rpc
 
-    n_in = len(reference.arrays) - reference.n_outputs
-    args = []
-    for i, array in enumerate(reference.arrays):
-        if i < n_in:
-            args.append(tvm.runtime.tensor(array, device=device))
-        else:
-            fill = np.full(array.shape, np.nan, array.dtype) if array.dtype.kind == "f" else np.zeros_like(array)
-            args.append(tvm.runtime.tensor(fill, device=device))
-    return [args]
-
-
-def _check_then_time(session, rt_mod, device, evaluator_config, repeated_args, *, reference, rtol, atol):
-    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
-
-    args = repeated_args[0]
-    rt_mod[rt_mod.entry_name](*args)
-    device.sync()
-    n_in = len(reference.arrays) - reference.n_outputs
-    for k, expected in enumerate(reference.arrays[n_in:]):
-        got = args[n_in + k].numpy()
-        bad = ~np.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=False)
-        if bad.any():
-            err = float(np.nanmax(np.abs(got.astype(np.float64) - expected))) if got.dtype.kind == "f" else -1.0
-            raise RuntimeError(
-                f"{WRONG_RESULT_TAG} output {k}: {int(bad.sum())} of {bad.size} elements differ "
-                f"from the reference (max abs error {err:.3g})"
-            )
-    return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+    session = rpc.connect_tracker(tracker.host, tracker.port).request(key, session_timeout=int(config.timeout_s))
+    name = os.path.basename(artifact)
+    session.upload(artifact, name)
+    try:
+        lib = session.load_module(name)
+        dev = session.device(device_type, 0)
+        n_in = len(reference.arrays) - reference.n_outputs
+        args = [tvm.runtime.tensor(a, device=dev) for a in reference.arrays[:n_in]]
+        for expected in reference.arrays[n_in:]:
+            fill = np.full(expected.shape, np.nan, expected.dtype) if expected.dtype.kind == "f" else np.zeros_like(expected)
+            args.append(tvm.runtime.tensor(fill, device=dev))
+        func = lib[lib.entry_name]
+        func(*args)
+        dev.sync()
+        for k, expected in enumerate(reference.arrays[n_in:]):
+            got = args[n_in + k].numpy()
+            bad = ~np.isclose(got, expected, rtol=config.rtol, atol=config.atol, equal_nan=True)
+            if bad.any():
+                err = np.nanmax(np.abs(got.astype(np.float64) - expected.astype(np.float64)))
+                raise RuntimeError(
+                    f"{WRONG_RESULT_TAG} output {k}: {int(bad.sum())} of {bad.size} elements differ "
+                    f"from the reference (max abs error {err:.3g})"
+                )
+        evaluator = lib.time_evaluator(
+            lib.entry_name, dev, number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
+            f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush and device_type == "cpu" else "",
+        )
+        return [float(t) for t in evaluator(*args).results]
+    finally:
+        session.remove(name)
+        session.remove(name + ".so")
 
 
 class Runner:
-    """Times built candidates on workers of one RPC key, one candidate per device at a time.
+    """Checks and times built candidates on workers of one RPC key, one candidate per device at a time.
 
     Parameters
     ----------
@@ -94,43 +100,32 @@ class Runner:
         self.key = key
         self.config = config
         self.device_type = device_type
-        self._rpc = ms.runner.RPCConfig(
-            tracker_host=tracker.host,
-            tracker_port=tracker.port,
-            tracker_key=key,
-            session_timeout_sec=int(config.timeout_s),
-        )
-        self._evaluator = ms.runner.EvaluatorConfig(
-            number=config.number,
-            repeat=config.repeat,
-            min_repeat_ms=config.min_repeat_ms,
-            enable_cpu_cache_flush=config.cache_flush and device_type == "cpu",
-        )
+        self._pool = PopenPoolExecutor(max_workers=1, timeout=config.timeout_s)
 
     @property
     def worker_name(self) -> str:
         """How results name where they ran: the RPC key at the tracker."""
         return f"{self.key}@{self.tracker}"
 
-    def run(self, builds: list[BuildResult], reference: KernelReference, args_info) -> list[RunResult]:
-        """Check and time each built candidate; failed builds are skipped by the caller.
-
-        ``args_info`` is MetaSchedule's ``ArgInfo`` list of the kernel.
-        """
-        runner = ms.runner.RPCRunner(
-            rpc_config=self._rpc,
-            evaluator_config=self._evaluator,
-            f_alloc_argument=functools.partial(_alloc_fixed, reference=reference),
-            f_run_evaluator=functools.partial(
-                _check_then_time, reference=reference, rtol=self.config.rtol, atol=self.config.atol
-            ),
-        )
-        inputs = [ms.runner.RunnerInput(b.artifact_path, self.device_type, args_info) for b in builds]
+    def run(self, builds: list[BuildResult], reference: KernelReference) -> list[RunResult]:
+        """Check and time each built candidate (failed builds are the caller's to skip)."""
         results = []
-        for future in runner.run(inputs):
-            outcome = future.result()
-            if outcome.error_msg:
-                results.append(RunResult(classify_run_error(outcome.error_msg), error=first_line(outcome.error_msg)))
-            else:
-                results.append(RunResult("ok", tuple(float(t) for t in outcome.run_secs)))
+        for build in builds:
+            future = self._pool.submit(
+                _run_one, self.tracker, self.key, build.artifact_path, self.device_type, reference, self.config
+            )
+            try:
+                times = future.result()
+            except TimeoutError:
+                results.append(RunResult("timeout", error=f"run timeout: killed after {self.config.timeout_s:g} s"))
+                continue
+            except Exception as err:  # the pool re-raises the worker's exception
+                message = str(err)
+                results.append(RunResult(classify_run_error(message), error=first_line(message)))
+                continue
+            results.append(RunResult("ok", tuple(times)))
         return results
+
+    def close(self) -> None:
+        """Stop the run process."""
+        self._pool.shutdown()

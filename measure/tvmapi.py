@@ -95,3 +95,19 @@ def load_trace(func: PrimFunc, trace_json: str) -> Trace:
     sch = Schedule(tvm.IRModule({"main": func}))
     Trace.apply_json_to_schedule(json.loads(trace_json), sch)
     return sch.trace
+
+
+def lower_and_finalize_passes(target: tvm.target.Target) -> list:
+    """Relax's dataflow-lowering and finalisation passes for ``target`` (after fusion).
+
+    TVM 0.27's dispatcher misses the CPU backend's functions (they live in
+    ``relax.backend.cpu_generic.pipeline``); fall back to that module for llvm.
+    """
+    from tvm.relax import pipeline as relax_pipeline
+
+    try:
+        return list(relax_pipeline.dataflow_lower_passes(target)) + list(relax_pipeline.finalize_passes(target))
+    except AttributeError:
+        from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+
+        return list(cpu_pipeline.dataflow_lower_passes(target)) + list(cpu_pipeline.finalize_passes(target))

@@ -1,0 +1,28 @@
+"""The ``tune`` command line (typer): one module per command group."""
+
+from __future__ import annotations
+
+import typer
+
+from .errors import main_guard
+from .run import run_command
+
+# Local variables in a traceback would print database passwords.
+app = typer.Typer(
+    name="tune",
+    help="A learned-cost-model autotuner for LLM tensor programs.",
+    pretty_exceptions_show_locals=False,
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.command("run")(run_command)
+
+
+@app.callback()
+def _root() -> None:
+    """Tune LLM tensor programs with an e-graph, TVM schedules and a learned cost model."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    main_guard(app)

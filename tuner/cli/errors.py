@@ -1,0 +1,57 @@
+"""Errors as one line on stderr and a non-zero exit, never a traceback (set TUNE_DEBUG=1 for one)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The error types whose message is meant for the user as it is."""
+    from database import DatabaseError
+    from extract import ModelImportError
+    from extract.equivalence import CandidateMismatch
+    from measure import TrackerError
+
+    from ..compile import VerificationError
+    from ..session import TuneError
+
+    return (ModelImportError, DatabaseError, TrackerError, TuneError, VerificationError, CandidateMismatch, ValueError)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print ``error: message`` (first line only) and exit with ``code``."""
+    line = str(message).strip().splitlines()[0] if str(message).strip() else "unknown error"
+    typer.echo(f"error: {line}", err=True)
+    raise typer.Exit(code)
+
+
+def main_guard(app: typer.Typer) -> None:
+    """Run the app; turn every escaping exception into one line and an exit code."""
+    logging.getLogger("tvm").setLevel(logging.WARNING)
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: every result recorded so far is kept", err=True)
+        sys.exit(130)
+    except Exception as err:  # noqa: BLE001 - the last line of defence
+        if os.environ.get("TUNE_DEBUG"):
+            raise
+        if hasattr(err, "show") and hasattr(err, "exit_code"):  # typer's usage errors
+            err.show()
+            sys.exit(err.exit_code)
+        if isinstance(err, expected_errors()):
+            typer.echo(f"error: {_one_line(err)}", err=True)
+            sys.exit(1)
+        typer.echo(f"error: internal {type(err).__name__}: {_one_line(err)} (TUNE_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(2)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,58 @@
+"""``tune run``: tune a model for a target and write a verified, timed artifact."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from .errors import fail
+
+
+def run_command(
+    model: Annotated[str, typer.Argument(help="A known model name (qwen3-0.6b, qwen3-1.7b, qwen3-tiny), a Qwen3 config.json, or an .onnx file.")],
+    stage: Annotated[str, typer.Option(help="prefill (a prompt of --seq-len tokens) or decode (one token over a KV cache of --kv-len).")] = "prefill",
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Prompt length in tokens (prefill).")] = 128,
+    kv_len: Annotated[int, typer.Option("--kv-len", help="KV cache length in tokens (decode).")] = 512,
+    layers: Annotated[int, typer.Option(help="Decoder layers to import.")] = 1,
+    trials: Annotated[int, typer.Option(help="Measurement budget per workload (kernel), the default schedule included; 0 measures nothing and lets the cost model choose.")] = 64,
+    target: Annotated[str | None, typer.Option(help='Target as TVM JSON, e.g. \'{"kind": "llvm", "num-cores": 2}\'. Default: this CPU.')] = None,
+    tracker: Annotated[str | None, typer.Option(help="RPC tracker HOST:PORT to measure through (default: start a local tracker and worker on 127.0.0.1). Env: TVM_TRACKER_HOST, TVM_TRACKER_PORT.")] = None,
+    key: Annotated[str | None, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key of the device pool.")] = None,
+    db: Annotated[str | None, typer.Option(envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db in this directory).")] = None,
+    number: Annotated[int, typer.Option(help="Runs per repeat (raised until a repeat lasts --min-repeat-ms).")] = 1,
+    repeat: Annotated[int, typer.Option(help="Repeats per measurement; all are stored.")] = 5,
+    min_repeat_ms: Annotated[int, typer.Option("--min-repeat-ms", help="Minimum duration of one repeat in ms.")] = 20,
+    timeout: Annotated[float, typer.Option(help="Seconds allowed for one build and for one run.")] = 60.0,
+    candidates: Annotated[int, typer.Option(help="Candidate programs to enumerate from the e-graph.")] = 4,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Candidates measured between cost-model updates.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
+    artifact_dir: Annotated[str, typer.Option("--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors and the --json output.")] = False,
+) -> None:
+    """Tune a model's kernels, compile the fastest program, verify it and time it."""
+    from rich.console import Console
+
+    from ..progress import Progress
+    from ..report import print_summary
+    from ..session import RunOptions, TuneRun
+
+    if trials < 0:
+        fail(f"--trials must be positive (or 0 to measure nothing), got {trials}")
+    if tracker is None and os.environ.get("TVM_TRACKER_HOST"):
+        tracker = f"{os.environ['TVM_TRACKER_HOST']}:{os.environ.get('TVM_TRACKER_PORT', '9190')}"
+    options = RunOptions(
+        model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
+        target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
+        min_repeat_ms=min_repeat_ms, timeout_s=timeout, max_candidates=candidates,
+        batch_size=batch_size, seed=seed, artifact_dir=artifact_dir,
+    )
+    summary = TuneRun(options, Progress(quiet=quiet)).run()
+    if as_json:
+        sys.stdout.write(json.dumps(summary.as_json()) + "\n")
+    elif not quiet:
+        print_summary(summary, Console(file=sys.stderr if as_json else sys.stdout))

@@ -1,0 +1,130 @@
+"""Compile a program with its tuned kernels, run it on a worker, check and time it.
+
+The build follows MetaSchedule's ``compile_relax`` order: fuse, put the tuned
+kernels in place of the fused ones, then TVM's own lowering and finalisation.
+The artifact is a shared library (``export_library``); it is uploaded to a
+worker through the RPC tracker and run there with the Relax virtual machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm import rpc as tvm_rpc
+
+from measure import MeasureConfig, TrackerAddress
+from measure.tvmapi import lower_and_finalize_passes
+
+
+class VerificationError(RuntimeError):
+    """A compiled program whose outputs differ from the reference."""
+
+
+def build_tuned(fused: tvm.IRModule, scheduled: dict[str, tvm.IRModule], target: tvm.target.Target):
+    """Build a fused program with ``scheduled[kernel name]["main"]`` in place of each named kernel.
+
+    Kernels not in ``scheduled`` keep TVM's default (unscheduled) form.
+    Returns a ``relax.Executable``.
+    """
+    mod = fused
+    for gv in list(mod.functions.keys()):
+        if gv.name_hint in scheduled:
+            func = scheduled[gv.name_hint]["main"].without_attr("global_symbol")
+            mod = _with_func(mod, gv, func)
+    passes = lower_and_finalize_passes(target)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def _pipeline(m, _ctx):
+        return tvm.transform.Sequential(passes)(m)
+
+    with target, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=target, relax_pipeline=_pipeline)
+
+
+def _with_func(mod: tvm.IRModule, gv, func) -> tvm.IRModule:
+    new = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    new[gv] = func
+    return new
+
+
+def build_default(mod: tvm.IRModule, target: tvm.target.Target):
+    """TVM's default, untuned build of a Relax program (``relax.build`` with its default pipeline)."""
+    with target:
+        return relax.build(mod, target=target)
+
+
+def export(executable, path: str) -> str:
+    """Write an executable as a shared library at ``path``; returns the path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    executable.export_library(path)
+    return path
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """Outputs of one run of a program and its repeat times in seconds."""
+
+    outputs: tuple[np.ndarray, ...]
+    times_s: tuple[float, ...]
+
+    @property
+    def median_s(self) -> float:
+        """Median repeat time in seconds."""
+        return float(np.median(self.times_s))
+
+
+def run_on_worker(
+    artifact: str, args: list[np.ndarray], tracker: TrackerAddress, key: str, config: MeasureConfig
+) -> ProgramRun:
+    """Upload ``artifact`` to a worker of ``key``, run ``main(*args)`` once for its outputs, then time it.
+
+    Timing uses ``time_evaluator`` with the protocol's ``number``, ``repeat`` and
+    ``min_repeat_ms``; outputs come from a separate first run.
+    """
+    session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(key, session_timeout=int(config.timeout_s) * 10)
+    name = os.path.basename(artifact)
+    session.upload(artifact, name)
+    lib = session.load_module(name)
+    dev = session.cpu()
+    vm = relax.VirtualMachine(lib, dev)
+    remote_args = [tvm.runtime.tensor(a, device=dev) for a in args]
+    vm.set_input("main", *remote_args)
+    vm.invoke_stateful("main")
+    outputs = tuple(a.numpy() for a in _flatten(vm.get_outputs("main")))
+    timer = vm.time_evaluator(
+        "invoke_stateful", dev, number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms
+    )
+    times = tuple(float(t) for t in timer("main").results)
+    session.remove(name)
+    return ProgramRun(outputs, times)
+
+
+def _flatten(value) -> list:
+    if isinstance(value, tuple | list):
+        return [x for item in value for x in _flatten(item)]
+    return [value]
+
+
+def verify(outputs: tuple[np.ndarray, ...], reference: tuple[np.ndarray, ...], rtol: float = 1e-3, atol: float = 1e-3) -> float:
+    """Max absolute error of ``outputs`` against ``reference``.
+
+    Raises
+    ------
+    VerificationError
+        When the output count differs or any element is outside ``atol + rtol * |ref|``.
+    """
+    if len(outputs) != len(reference):
+        raise VerificationError(f"program returned {len(outputs)} outputs, the reference has {len(reference)}")
+    worst = 0.0
+    for i, (got, ref) in enumerate(zip(outputs, reference)):
+        if got.shape != ref.shape:
+            raise VerificationError(f"output {i} has shape {got.shape}, the reference {ref.shape}")
+        err = float(np.max(np.abs(got.astype(np.float64) - ref))) if got.size else 0.0
+        if not np.allclose(got, ref, rtol=rtol, atol=atol):
+            raise VerificationError(f"output {i} differs from the reference (max abs error {err:.3g})")
+        worst = max(worst, err)
+    return worst

@@ -1,0 +1,63 @@
+"""What a run shows while it works: a line per batch and a spinner on long steps (stderr).
+
+``Progress(quiet=True)`` shows nothing at all; errors are the CLI's business.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from rich.console import Console
+
+
+class Progress:
+    """Progress display on standard error.
+
+    Parameters
+    ----------
+    quiet : bool
+        Show nothing.
+    """
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.console = Console(file=sys.stderr, highlight=False)
+        self._done = 0
+        self._total = 0
+
+    def note(self, message: str) -> None:
+        """One line of information."""
+        if not self.quiet:
+            self.console.print(message, soft_wrap=True)
+
+    @contextlib.contextmanager
+    def status(self, message: str):
+        """A spinner with ``message`` while the block runs."""
+        if self.quiet or not self.console.is_terminal:
+            if not self.quiet:
+                self.console.print(f"{message} ...")
+            yield
+            return
+        with self.console.status(message):
+            yield
+
+    def start_tuning(self, total_trials: int) -> None:
+        """Tuning starts with a budget of ``total_trials`` measurements over all workloads."""
+        self._done, self._total = 0, total_trials
+
+    def batch(self, workload: str, done: int, total: int, best_gflops: float | None,
+              best_s: float | None, batch_size: int) -> None:
+        """A line per measured batch: workload, best GFLOP/s and latency, trials done of total."""
+        self._done += batch_size
+        if self.quiet:
+            return
+        perf = f"{best_gflops:8.2f} GFLOP/s" if best_gflops is not None else "       - GFLOP/s"
+        lat = f"{best_s * 1e6:10.1f} us" if best_s is not None else "         - us"
+        self.console.print(
+            f"[{self._done:>5}/{self._total}] {workload[:48]:<48} best {perf} {lat}  trials {done}/{total}",
+            soft_wrap=True,
+        )
+
+    def stop_tuning(self) -> None:
+        """Tuning is over."""

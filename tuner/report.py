@@ -1,0 +1,38 @@
+"""The closing summary of a run: a table per kernel and the end-to-end latencies."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .session import RunSummary
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds is not None else "-"
+
+
+def print_summary(summary: RunSummary, console: Console) -> None:
+    """Print the kernel table (like MetaSchedule's) and the end-to-end comparison."""
+    table = Table(title=f"session {summary.session_id}: {summary.model}")
+    for col in ("kernel", "kind", "calls", "MFLOP", "default ms", "best ms", "GFLOP/s", "trials", "new"):
+        table.add_column(col, justify="left" if col in ("kernel", "kind") else "right")
+    for k in summary.kernels:
+        table.add_row(
+            k.name[:56], k.op_kind, str(k.calls), f"{k.flops / 1e6:.2f}", _ms(k.default_latency_s),
+            _ms(k.latency_s) + (" (pred)" if k.predicted else ""),
+            f"{k.gflops:.2f}" if k.gflops else "-", str(k.trials), str(k.new_trials),
+        )
+    console.print(table)
+    lat = summary.latency_s
+    e2e = Table(title="end-to-end latency (median over repeats)")
+    for col in ("program", "ms", "vs tuned"):
+        e2e.add_column(col, justify="left" if col == "program" else "right")
+    for name, label in (("tuned", "tuned (this run)"), ("tvm_default", "TVM default build"), ("torch_eager", "PyTorch eager")):
+        ratio = f"{lat[name] / lat['tuned']:.2f}x" if lat.get(name) and lat.get("tuned") else "-"
+        e2e.add_row(label, _ms(lat.get(name)), ratio)
+    console.print(e2e)
+    rewrites = ", ".join(summary.graph["rewrites"]) or "none (original program)"
+    console.print(f"program: {summary.graph['term_hash'][:12]} rewrites: {rewrites}")
+    console.print(f"artifact: {summary.artifact}  (max abs error vs reference {summary.max_abs_error:.2e})")
+    console.print(f"measured this session: {summary.measured_trials} trials")

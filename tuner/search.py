@@ -1,0 +1,165 @@
+"""The search over one kernel's schedules: rank with the cost model, measure a batch, learn.
+
+Each batch takes the candidates the model ranks fastest, plus a share drawn at
+random from the rest (exploration, so the model sees what it would not pick).
+The untuned default schedule is always measured first. The budget counts every
+measurement of the workload on the target in the database, so a rerun of the
+same job measures nothing already measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from database import CandidateRecord, MeasureRecord, TrainingRow
+
+from .cost_model import XGBCostModel, featurize
+from .kernels import Kernel
+from .space import ScheduleCandidate, ScheduleSpace
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Knobs of the search.
+
+    Parameters
+    ----------
+    trials : int
+        Measurements per workload (the default schedule included); 0 measures nothing.
+    batch_size : int
+        Candidates measured between two retrainings of the cost model.
+    explore : float
+        Share of each batch chosen at random rather than by the model.
+    pool_factor : int
+        Candidates sampled from the space per trial of budget left.
+    seed : int
+        Seed of the sampler and of the exploration draw.
+    """
+
+    trials: int = 64
+    batch_size: int = 8
+    explore: float = 0.25
+    pool_factor: int = 4
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class KernelOutcome:
+    """What the search did for one kernel: the stop reason and measurement counts."""
+
+    workload_hash: str
+    stop_reason: str  # "budget", "space_exhausted", "already_tuned", "no_budget"
+    measured_before: int
+    measured_now: int
+
+
+class ModelTrainer:
+    """The cost model and its training set (features and latencies), retrained per batch."""
+
+    def __init__(self, model: XGBCostModel | None = None) -> None:
+        self.model = model or XGBCostModel()
+        self._rows: dict[str, tuple[np.ndarray, float]] = {}
+
+    def add(self, candidate_hash: str, features: np.ndarray, latency_s: float) -> None:
+        """Add (or replace) one measured candidate."""
+        self._rows[candidate_hash] = (features, latency_s)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def retrain(self) -> None:
+        """Refit on every row so far (no-op with fewer than 4 rows)."""
+        if len(self._rows) < 4:
+            return
+        X = np.stack([f for f, _ in self._rows.values()])
+        y = np.array([t for _, t in self._rows.values()])
+        self.model.fit(X, y)
+
+    def predict(self, X: np.ndarray) -> np.ndarray | None:
+        """Predicted latencies in seconds, or None while the model is untrained."""
+        return self.model.predict_latency(X) if self.model.fitted else None
+
+
+MeasureFn = Callable[[Kernel, list[ScheduleCandidate]], list[MeasureRecord]]
+
+
+def tune_kernel(
+    kernel: Kernel,
+    space: ScheduleSpace,
+    measured: dict[str, MeasureRecord],
+    history: list[TrainingRow],
+    trainer: ModelTrainer,
+    measure: MeasureFn,
+    config: SearchConfig,
+    on_batch: Callable[[Kernel, list[MeasureRecord]], None] = lambda k, r: None,
+) -> KernelOutcome:
+    """Spend what is left of the workload's budget; returns why the search stopped.
+
+    ``measured`` maps candidate hashes already measured on this target (from the
+    database) to their latest result; it is updated in place. ``history`` holds the
+    workload's successful measurements on this target (from the database), which
+    the cost model learns before the first batch.
+    """
+    before = len(measured)
+    rng = np.random.default_rng(config.seed)
+    if history:
+        replayed = [space.replay(CandidateRecord(row.workload_hash, row.trace_json)) for row in history]
+        for cand, per_store, row in zip(replayed, space.features(replayed), history):
+            trainer.add(row.candidate_hash, featurize(per_store, kernel.workload), row.median_s)
+        trainer.retrain()
+    left = config.trials - len(measured)
+    if config.trials == 0:
+        return KernelOutcome(kernel.workload.workload_hash, "no_budget", before, 0)
+    if left <= 0:
+        return KernelOutcome(kernel.workload.workload_hash, "already_tuned", before, 0)
+    pool = [c for c in space.sample(max(config.pool_factor * left, 16)) if c.record.candidate_hash not in measured]
+    queue: list[ScheduleCandidate] = []
+    default = space.default()
+    if default.record.candidate_hash not in measured:
+        queue.append(default)
+    stop = "budget"
+    while len(measured) < config.trials:
+        want = min(config.batch_size, config.trials - len(measured)) - len(queue)
+        batch = queue + _pick(pool, max(want, 0), trainer, space, kernel, config.explore, rng)
+        queue = []
+        if not batch:
+            stop = "space_exhausted"
+            break
+        chosen = {c.record.candidate_hash for c in batch}
+        pool = [c for c in pool if c.record.candidate_hash not in chosen]
+        results = measure(kernel, batch)
+        for record in results:
+            measured[record.candidate_hash] = record
+        _learn(trainer, space, kernel, batch, measured)
+        trainer.retrain()
+        on_batch(kernel, results)
+    return KernelOutcome(kernel.workload.workload_hash, stop, before, len(measured) - before)
+
+
+def _learn(trainer, space, kernel, candidates, measured) -> None:
+    ok = [c for c in candidates if measured.get(c.record.candidate_hash, None) is not None
+          and measured[c.record.candidate_hash].status == "ok"]
+    if not ok:
+        return
+    for cand, per_store in zip(ok, space.features(ok)):
+        trainer.add(cand.record.candidate_hash, featurize(per_store, kernel.workload),
+                    measured[cand.record.candidate_hash].median_s)
+
+
+def _pick(pool, n, trainer, space, kernel, explore, rng) -> list[ScheduleCandidate]:
+    if n <= 0 or not pool:
+        return []
+    n = min(n, len(pool))
+    n_explore = n if not trainer.model.fitted else max(1, math.floor(n * explore)) if n > 1 else 0
+    order = list(range(len(pool)))
+    if trainer.model.fitted:
+        X = np.stack([featurize(f, kernel.workload) for f in space.features(pool)])
+        order = list(np.argsort(trainer.predict(X)))
+    exploit = order[: n - n_explore]
+    rest = [i for i in order if i not in set(exploit)]
+    explore_idx = list(rng.choice(rest, size=min(n_explore, len(rest)), replace=False)) if rest else []
+    return [pool[i] for i in exploit + explore_idx]

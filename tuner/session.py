@@ -1,0 +1,412 @@
+"""One ``tune run``: model -> e-graph candidates -> kernels -> search -> compile -> report.
+
+The session records everything in the tuning database as it goes (workloads,
+candidates, every measure result, the cost model, the graph candidates), so an
+interrupted run loses nothing and a rerun resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from database import GraphCandidateRecord, MeasureRecord, TargetRecord, open_database
+from extract import load_model
+from extract.egraph import explore
+from extract.equivalence import CandidateMismatch, check_equivalent
+from measure import (
+    LOCAL_KEY,
+    Builder,
+    LocalRPC,
+    MeasureConfig,
+    Runner,
+    classify_build_error,
+    first_line,
+    parse_tracker,
+    wait_for_key,
+)
+from measure.tvmapi import host_cpu, make_target, target_json
+
+from .compile import build_default, build_tuned, export, run_on_worker, verify
+from .cost_model import FEATURE_VERSION, XGBCostModel, featurize
+from .kernels import Kernel, kernel_reference, kernels_of, lower_to_kernels
+from .progress import Progress
+from .search import ModelTrainer, SearchConfig, tune_kernel
+from .space import ScheduleSpace
+
+
+class TuneError(RuntimeError):
+    """A run that cannot go on (every candidate of a workload failed, a bad option)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything ``tune run`` was asked to do (the CLI's options, with its defaults)."""
+
+    model: str
+    stage: str = "prefill"
+    seq_len: int = 128
+    kv_len: int = 512
+    layers: int = 1
+    trials: int = 64
+    target: str | None = None
+    tracker: str | None = None
+    key: str | None = None
+    db: str | None = None
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 20
+    timeout_s: float = 60.0
+    max_candidates: int = 4
+    batch_size: int = 8
+    seed: int = 0
+    artifact_dir: str = "tune-artifacts"
+
+    def __post_init__(self) -> None:
+        if self.trials < 0:
+            raise TuneError(f"--trials must be positive (or 0 to measure nothing), got {self.trials}")
+        if self.max_candidates < 1:
+            raise TuneError(f"--candidates must be at least 1, got {self.max_candidates}")
+
+
+@dataclass
+class KernelSummary:
+    """Per kernel of the chosen program: best latency (seconds), GFLOP/s and trials."""
+
+    name: str
+    workload_hash: str
+    op_kind: str
+    calls: int
+    flops: float
+    latency_s: float | None
+    default_latency_s: float | None
+    predicted: bool
+    trials: int
+    new_trials: int
+
+    @property
+    def gflops(self) -> float | None:
+        """Achieved GFLOP/s of the best schedule (FLOPs / latency / 1e9)."""
+        return self.flops / self.latency_s / 1e9 if self.latency_s and self.flops else None
+
+
+@dataclass
+class RunSummary:
+    """What a run reports: the kernels of the chosen program and end-to-end latencies."""
+
+    session_id: int
+    model: str
+    stage: str
+    target: str
+    kernels: list[KernelSummary]
+    latency_s: dict[str, float | None]
+    measured_trials: int
+    graph: dict
+    saturation: dict
+    artifact: str
+    max_abs_error: float
+    candidates: list[dict] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        """The summary as plain JSON values (what ``--json`` prints)."""
+        data = asdict(self)
+        for k, summary in zip(data["kernels"], self.kernels):
+            k["gflops"] = summary.gflops
+        return data
+
+
+def default_target() -> dict:
+    """This machine's CPU as an LLVM target, with all its cores."""
+    return {"kind": "llvm", "mcpu": host_cpu(), "num-cores": os.cpu_count() or 1}
+
+
+class TuneRun:
+    """One tuning session; ``run()`` does it all and returns the summary.
+
+    Raises (from ``run``)
+    ---------------------
+    extract.ModelImportError, database.DatabaseError, measure.TrackerError, TuneError
+        With one-line messages; whatever was recorded before stays recorded.
+    """
+
+    def __init__(self, options: RunOptions, progress: Progress | None = None) -> None:
+        self.opts = options
+        self.progress = progress or Progress(quiet=True)
+        self.measure_config = MeasureConfig(
+            number=options.number,
+            repeat=options.repeat,
+            min_repeat_ms=options.min_repeat_ms,
+            timeout_s=options.timeout_s,
+        )
+        self.search_config = SearchConfig(trials=options.trials, batch_size=options.batch_size, seed=options.seed)
+
+    def run(self) -> RunSummary:
+        """Tune, compile, verify and time; see the module docstring."""
+        o = self.opts
+        target = make_target(o.target) if o.target else make_target(default_target())
+        with self.progress.status("importing the model"):
+            model = load_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers, seed=o.seed)
+        db = open_database(o.db)
+        try:
+            return self._run(db, model, target)
+        finally:
+            db.close()
+
+    def _run(self, db, model, target) -> RunSummary:
+        o = self.opts
+        target_rec = TargetRecord(target_json(target), o.key or LOCAL_KEY)
+        db.add_target(target_rec)
+        args = {k: v for k, v in asdict(o).items()}
+        session_id = db.start_session(args, model.source, model.model_hash)
+        self.progress.note(f"session {session_id}: {model.source} on {db.url_display}")
+        try:
+            summary = self._tune(db, model, target, target_rec, session_id)
+        except KeyboardInterrupt:
+            db.finish_session(session_id, "interrupted")
+            raise
+        except BaseException:
+            db.finish_session(session_id, "failed")
+            raise
+        db.finish_session(session_id, "finished")
+        return summary
+
+    def _tune(self, db, model, target, target_rec, session_id) -> RunSummary:
+        o = self.opts
+        example = list(model.inputs) + list(model.params)
+        with self.progress.status("saturating the e-graph"):
+            exploration = explore(model.mod, max_candidates=o.max_candidates)
+        rep = exploration.report
+        self.progress.note(
+            f"e-graph: {rep.iterations} iterations, {rep.enodes} e-nodes, stop: {rep.stop_reason}, "
+            f"rewrites fired: {', '.join(f'{k}={v}' for k, v in rep.rules_fired.items() if v) or 'none'}"
+        )
+        graphs = []
+        cand_info = []
+        for cand in exploration.candidates:
+            with self.progress.status(f"checking candidate {cand.term_hash[:10]} numerically"):
+                try:
+                    err = check_equivalent(model.mod, cand.mod, example)
+                except CandidateMismatch as mismatch:
+                    cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "error": str(mismatch)})
+                    self.progress.note(f"candidate {cand.term_hash[:10]} dropped: {mismatch}")
+                    continue
+            fused = lower_to_kernels(cand.mod)
+            kernels = kernels_of(fused)
+            graphs.append((cand, fused, kernels))
+            cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "max_abs_error": err,
+                              "kernels": len(kernels)})
+            db.add_graph_candidate(GraphCandidateRecord(
+                model.model_hash, cand.term_text, tuple(k.workload.workload_hash for k in kernels)))
+        if not graphs:
+            raise TuneError("no candidate program matched the original numerically")
+        workloads: dict[str, Kernel] = {}
+        for _, _, kernels in graphs:
+            for k in kernels:
+                workloads.setdefault(k.workload.workload_hash, k)
+        for k in workloads.values():
+            db.add_workload(k.workload)
+        self.progress.note(f"{len(graphs)} candidate programs, {len(workloads)} distinct workloads")
+
+        trainer = ModelTrainer(self._warm_model(db, target_rec))
+        spaces = {h: ScheduleSpace(k.func, h, target, seed=o.seed) for h, k in workloads.items()}
+        new_trials: Counter = Counter()
+        with self._workers() as (tracker, key):
+            builder = Builder(target, timeout_s=o.timeout_s)
+            runner = Runner(tracker, key, self.measure_config)
+            try:
+                self.progress.start_tuning(len(workloads) * o.trials)
+                for h, kernel in sorted(workloads.items(), key=lambda kv: -kv[1].workload.flops):
+                    outcome = self._tune_workload(db, kernel, spaces[h], target_rec, session_id, trainer, builder,
+                                                  runner)
+                    new_trials[h] = outcome.measured_now
+            finally:
+                builder.close()
+                runner.close()
+            self.progress.stop_tuning()
+            if trainer.model.fitted:
+                db.save_cost_model(target_rec.target_hash, FEATURE_VERSION, trainer.model.save(), len(trainer),
+                                   {"train_records": len(trainer)})
+            chosen, prices = self._choose(db, graphs, spaces, target_rec, trainer)
+            cand, fused, kernels = chosen
+            summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials, prices) for k in kernels]
+            latency, artifact, err = self._compile_and_time(db, model, target, fused, kernels, spaces, target_rec,
+                                                            tracker, key, session_id)
+        db.update_graph_latency(_graph_hash(model.model_hash, cand.term_text), predicted=prices[cand.term_hash],
+                                measured=latency["tuned"])
+        return RunSummary(
+            session_id=session_id,
+            model=model.source,
+            stage=o.stage,
+            target=target_rec.target_json,
+            kernels=summary_kernels,
+            latency_s=latency,
+            measured_trials=db.session_trials(session_id),
+            graph={"term_hash": cand.term_hash, "rewrites": list(cand.rewrites),
+                   "predicted_latency_s": prices[cand.term_hash]},
+            saturation={"iterations": rep.iterations, "enodes": rep.enodes, "eclasses": rep.eclasses,
+                        "time_s": rep.time_s, "stop_reason": rep.stop_reason, "rules_fired": dict(rep.rules_fired)},
+            artifact=artifact,
+            max_abs_error=err,
+            candidates=cand_info,
+        )
+
+    def _workers(self):
+        o = self.opts
+        if o.tracker:
+            address = parse_tracker(o.tracker)
+            key = o.key or LOCAL_KEY
+            wait_for_key(address, key, timeout_s=o.timeout_s)
+            return _Existing(address, key)
+        return _Local(o.key or LOCAL_KEY)
+
+    def _warm_model(self, db, target_rec) -> XGBCostModel | None:
+        saved = db.latest_cost_model(target_rec.target_hash, FEATURE_VERSION)
+        if saved is None:
+            return None
+        self.progress.note("cost model: warm start from the database")
+        return XGBCostModel.load(saved[0])
+
+    def _tune_workload(self, db, kernel, space, target_rec, session_id, trainer, builder, runner):
+        wh = kernel.workload.workload_hash
+        measured = db.measured_candidates(wh, target_rec.target_hash)
+        history = db.training_rows(target_rec.target_hash, [wh])
+        reference = []
+
+        def measure(k: Kernel, batch) -> list[MeasureRecord]:
+            if not reference:
+                reference.append(kernel_reference(k))
+            db.add_candidates([c.record for c in batch])
+            builds = builder.build([c.mod for c in batch])
+            built = [(c, b) for c, b in zip(batch, builds) if b.error is None]
+            runs = iter(runner.run([b for _, b in built], reference[0]))
+            records = []
+            for c, b in zip(batch, builds):
+                common = dict(candidate_hash=c.record.candidate_hash, workload_hash=wh,
+                              target_hash=target_rec.target_hash, worker=runner.worker_name, session_id=session_id)
+                if b.error is not None:
+                    records.append(MeasureRecord(status=classify_build_error(b.error), error=first_line(b.error),
+                                                 build_time_s=b.build_time_s, **common))
+                else:
+                    r = next(runs)
+                    records.append(MeasureRecord(status=r.status, times_s=r.times_s, error=r.error,
+                                                 build_time_s=b.build_time_s, **common))
+            db.add_measure_results(records)
+            return records
+
+        def on_batch(k: Kernel, results) -> None:
+            best = db.best(wh, target_rec.target_hash)
+            gflops = k.workload.flops / best[1] / 1e9 if best and k.workload.flops else None
+            self.progress.batch(k.name, len(db.measured_candidates(wh, target_rec.target_hash)), self.opts.trials,
+                                gflops, best[1] if best else None, len(results))
+
+        outcome = tune_kernel(kernel, space, measured, history, trainer, measure, self.search_config, on_batch)
+        if self.opts.trials and db.best(wh, target_rec.target_hash) is None:
+            failures = Counter((m.status, m.error) for m in measured.values())
+            (status, error), _ = failures.most_common(1)[0]
+            raise TuneError(f"every candidate of workload {kernel.name} ({wh}) failed: {status}: {error}")
+        return outcome
+
+    def _latency(self, db, kernel, spaces, target_rec, trainer) -> tuple[float, bool]:
+        """Best measured latency of a kernel (seconds), else the model's prediction for its default."""
+        best = db.best(kernel.workload.workload_hash, target_rec.target_hash)
+        if best is not None:
+            return best[1], False
+        if not trainer.model.fitted:
+            raise TuneError(f"kernel {kernel.name} has no measurement and there is no trained cost model to price it")
+        space = spaces[kernel.workload.workload_hash]
+        cands = [space.default()] + space.sample(16)
+        X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
+        return float(trainer.predict(X).min()), True
+
+    def _choose(self, db, graphs, spaces, target_rec, trainer):
+        """The candidate program with the least summed kernel latency (measured, else predicted)."""
+        prices = {}
+        for cand, _, kernels in graphs:
+            prices[cand.term_hash] = sum(k.calls * self._latency(db, k, spaces, target_rec, trainer)[0] for k in kernels)
+        chosen = min(graphs, key=lambda g: prices[g[0].term_hash])
+        self.progress.note(
+            "programs priced (sum of kernel latencies): "
+            + ", ".join(f"{c.term_hash[:10]}[{'+'.join(c.rewrites) or 'original'}]={prices[c.term_hash] * 1e3:.3f} ms"
+                        for c, _, _ in graphs)
+        )
+        return chosen, prices
+
+    def _kernel_summary(self, db, k, target_rec, new_trials, prices) -> KernelSummary:
+        wh = k.workload.workload_hash
+        measured = db.measured_candidates(wh, target_rec.target_hash)
+        best = db.best(wh, target_rec.target_hash)
+        default = [m for m in measured.values() if m.status == "ok" and _is_default(db, m)]
+        return KernelSummary(
+            name=k.name, workload_hash=wh, op_kind=k.workload.op_kind, calls=k.calls, flops=k.workload.flops,
+            latency_s=best[1] if best else None, default_latency_s=default[0].median_s if default else None,
+            predicted=best is None, trials=len(measured), new_trials=new_trials.get(wh, 0),
+        )
+
+    def _compile_and_time(self, db, model, target, fused, kernels, spaces, target_rec, tracker, key, session_id):
+        o = self.opts
+        scheduled = {}
+        for k in kernels:
+            best = db.best(k.workload.workload_hash, target_rec.target_hash)
+            if best is not None and not best[0].is_default:
+                scheduled[k.name] = spaces[k.workload.workload_hash].replay(best[0]).mod
+        args = list(model.inputs) + list(model.params)
+        stem = os.path.join(o.artifact_dir, f"{_slug(model.source)}-s{session_id}")
+        with self.progress.status("building the tuned program"):
+            tuned_path = export(build_tuned(fused, scheduled, target), stem + ".so")
+        with self.progress.status("building TVM's default program"):
+            default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
+        with self.progress.status("timing the tuned and default programs on the worker"):
+            tuned = run_on_worker(tuned_path, args, tracker, key, self.measure_config)
+            default = run_on_worker(default_path, args, tracker, key, self.measure_config)
+        reference = model.reference_outputs() or default.outputs
+        err = verify(tuned.outputs, reference)
+        verify(default.outputs, reference)
+        torch_s = None
+        if model.has_torch:
+            with self.progress.status("timing PyTorch eager"):
+                torch_s = float(np.median(model.torch_eager(repeat=max(o.repeat, 5))))
+        return {"tuned": tuned.median_s, "tvm_default": default.median_s, "torch_eager": torch_s}, tuned_path, err
+
+
+def _is_default(db, record: MeasureRecord) -> bool:
+    from database import CandidateRecord, DEFAULT_TRACE_JSON
+
+    return CandidateRecord(record.workload_hash, DEFAULT_TRACE_JSON).candidate_hash == record.candidate_hash
+
+
+def _graph_hash(model_hash: str, term_text: str) -> str:
+    return GraphCandidateRecord(model_hash, term_text).graph_hash
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text).strip("-")[:80]
+
+
+class _Local:
+    """Context: a local tracker and one worker on 127.0.0.1, stopped on exit."""
+
+    def __init__(self, key: str) -> None:
+        self._rpc = LocalRPC(key=key)
+
+    def __enter__(self):
+        self._rpc.__enter__()
+        return self._rpc.address, self._rpc.key
+
+    def __exit__(self, *exc) -> None:
+        self._rpc.__exit__(*exc)
+
+
+class _Existing:
+    """Context: a tracker someone else runs (nothing to start or stop)."""
+
+    def __init__(self, address, key: str) -> None:
+        self.address, self.key = address, key
+
+    def __enter__(self):
+        return self.address, self.key
+
+    def __exit__(self, *exc) -> None:
+        return None

@@ -1,0 +1,98 @@
+"""Schedule candidates of one kernel from TVM's ``s_tir`` schedule space.
+
+The design space is MetaSchedule's post-order-apply space with the target's
+default schedule rules; candidates are traces sampled from it (MetaSchedule's
+replay-trace strategy, postprocessors applied), keyed by their trace JSON. The
+untuned default, the unscheduled kernel (empty trace), is always candidate 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+
+from database import DEFAULT_TRACE_JSON, CandidateRecord
+
+from measure.tvmapi import ArgInfo, PrimFunc, Schedule, apply_trace, ms, trace_to_json
+
+
+@dataclass(frozen=True)
+class ScheduleCandidate:
+    """A schedule of a kernel: its record and the scheduled IRModule (``main``)."""
+
+    record: CandidateRecord
+    mod: tvm.IRModule
+
+
+class ScheduleSpace:
+    """The schedule space of one kernel on one target.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        The kernel (unscheduled).
+    workload_hash : str
+        Its workload key.
+    target : tvm.target.Target
+        The target whose schedule rules define the space.
+    seed : int
+        Seed of the sampler (a fixed seed makes a rerun sample the same traces).
+    """
+
+    def __init__(self, func: PrimFunc, workload_hash: str, target: tvm.target.Target, seed: int = 0) -> None:
+        self.workload_hash = workload_hash
+        self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+        self.args_info = ArgInfo.from_prim_func(self.mod["main"])
+        self.context = ms.TuneContext(
+            self.mod,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy="replay-trace",
+            task_name=workload_hash[:12],
+            num_threads=int(target.attrs.get("num-cores", 1)) if hasattr(target, "attrs") else 1,
+            rand_state=seed,
+        )
+        self._design_spaces = None
+        self.space_error: str | None = None
+
+    def default(self) -> ScheduleCandidate:
+        """The untuned default: the unscheduled kernel, empty trace."""
+        return ScheduleCandidate(CandidateRecord(self.workload_hash, DEFAULT_TRACE_JSON), self.mod)
+
+    def sample(self, n: int) -> list[ScheduleCandidate]:
+        """Up to ``n`` distinct sampled schedules (fewer when the space is small).
+
+        A kernel on which TVM's schedule rules fail has only its default schedule:
+        the result is empty and ``space_error`` says why.
+        """
+        if self._design_spaces is None:
+            try:
+                self._design_spaces = self.context.generate_design_space()
+            except Exception as err:  # TVM raises ScheduleError and others from its rules
+                self.space_error = str(err).strip().splitlines()[0]
+                self._design_spaces = []
+        if not self._design_spaces:
+            return []
+        self.context.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=self._design_spaces)
+        try:
+            drawn = self.context.generate_measure_candidates() or []
+        finally:
+            self.context.post_tuning()
+        unique: dict[str, ScheduleCandidate] = {}
+        for cand in drawn:
+            record = CandidateRecord(self.workload_hash, trace_to_json(cand.sch.trace))
+            unique.setdefault(record.candidate_hash, ScheduleCandidate(record, cand.sch.mod))
+        return list(unique.values())
+
+    def replay(self, record: CandidateRecord) -> ScheduleCandidate:
+        """The scheduled module of a stored candidate of this kernel."""
+        if record.is_default:
+            return self.default()
+        return ScheduleCandidate(record, apply_trace(self.mod["main"], record.trace_json))
+
+    def features(self, candidates: list[ScheduleCandidate]):
+        """TVM's per-store features of each candidate: a list of float32 arrays [n_stores, 164]."""
+        measure = [ms.MeasureCandidate(Schedule(c.mod), self.args_info) for c in candidates]
+        extractor = ms.feature_extractor.PerStoreFeature()
+        return [f.numpy() for f in extractor.extract_from(self.context, measure)]
