@@ -8,6 +8,7 @@ worker through the RPC tracker and run there with the Relax virtual machine.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -78,21 +79,30 @@ class ProgramRun:
 
 
 def run_on_worker(
-    artifact: str, args: list[np.ndarray], tracker: TrackerAddress, key: str, config: MeasureConfig
-) -> ProgramRun:
-    """Upload ``artifact`` to a worker of ``key``, run ``main(*args)`` once for its outputs, then time it.
+    artifacts: list[str], args: list[np.ndarray], tracker: TrackerAddress, key: str, config: MeasureConfig
+) -> list[ProgramRun]:
+    """Upload each artifact to one worker of ``key``, run ``main(*args)`` once for its outputs, then time it.
 
+    All artifacts run in one session on the same device, one after the other.
     Timing uses ``time_evaluator`` with the protocol's ``number``, ``repeat`` and
     ``min_repeat_ms``; outputs come from a separate first run.
     """
-    session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(key, session_timeout=int(config.timeout_s) * 10)
+    session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(
+        key, session_timeout=int(config.timeout_s) * 10
+    )
+    try:
+        return [_run_program(session, artifact, args, config) for artifact in artifacts]
+    finally:
+        del session
+        gc.collect()  # the RPC session (and the worker it holds) ends when its last reference goes
+
+
+def _run_program(session, artifact: str, args: list[np.ndarray], config: MeasureConfig) -> ProgramRun:
     name = os.path.basename(artifact)
     session.upload(artifact, name)
-    lib = session.load_module(name)
     dev = session.cpu()
-    vm = relax.VirtualMachine(lib, dev)
-    remote_args = [tvm.runtime.tensor(a, device=dev) for a in args]
-    vm.set_input("main", *remote_args)
+    vm = relax.VirtualMachine(session.load_module(name), dev)
+    vm.set_input("main", *[tvm.runtime.tensor(a, device=dev) for a in args])
     vm.invoke_stateful("main")
     outputs = tuple(a.numpy() for a in _flatten(vm.get_outputs("main")))
     timer = vm.time_evaluator(

@@ -12,15 +12,19 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3f}" if seconds is not None else "-"
 
 
+def _us(seconds: float | None) -> str:
+    return f"{seconds * 1e6:.1f}" if seconds is not None else "-"
+
+
 def print_summary(summary: RunSummary, console: Console) -> None:
     """Print the kernel table (like MetaSchedule's) and the end-to-end comparison."""
     table = Table(title=f"session {summary.session_id}: {summary.model}")
-    for col in ("kernel", "kind", "calls", "MFLOP", "default ms", "best ms", "GFLOP/s", "trials", "new"):
+    for col in ("kernel", "kind", "calls", "MFLOP", "default us", "best us", "GFLOP/s", "trials", "new"):
         table.add_column(col, justify="left" if col in ("kernel", "kind") else "right")
     for k in summary.kernels:
         table.add_row(
-            k.name[:56], k.op_kind, str(k.calls), f"{k.flops / 1e6:.2f}", _ms(k.default_latency_s),
-            _ms(k.latency_s) + (" (pred)" if k.predicted else ""),
+            k.name[:56], k.op_kind, str(k.calls), f"{k.flops / 1e6:.2f}", _us(k.default_latency_s),
+            _us(k.latency_s) + (" (pred)" if k.predicted else ""),
             f"{k.gflops:.2f}" if k.gflops else "-", str(k.trials), str(k.new_trials),
         )
     console.print(table)

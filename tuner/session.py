@@ -359,8 +359,7 @@ class TuneRun:
         with self.progress.status("building TVM's default program"):
             default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
         with self.progress.status("timing the tuned and default programs on the worker"):
-            tuned = run_on_worker(tuned_path, args, tracker, key, self.measure_config)
-            default = run_on_worker(default_path, args, tracker, key, self.measure_config)
+            tuned, default = run_on_worker([tuned_path, default_path], args, tracker, key, self.measure_config)
         reference = model.reference_outputs() or default.outputs
         err = verify(tuned.outputs, reference)
         verify(default.outputs, reference)

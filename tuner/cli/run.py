@@ -55,4 +55,7 @@ def run_command(
     if as_json:
         sys.stdout.write(json.dumps(summary.as_json()) + "\n")
     elif not quiet:
-        print_summary(summary, Console(file=sys.stderr if as_json else sys.stdout))
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)
+        print_summary(summary, console)
