@@ -21,7 +21,7 @@ from tvm import relax
 __all__ = ["CandidateMismatch", "check_equivalent", "run_module"]
 
 
-class CandidateMismatch(AssertionError):
+class CandidateMismatch(Exception):
     """A candidate's outputs differ from the original's; the message is one line."""
 
 

@@ -19,6 +19,7 @@ duplicates; :func:`extract_best` returns the cheapest program under a caller's c
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -31,9 +32,9 @@ from egglog import EGraph
 from egglog.declarations import CallDecl, ValueDecl
 
 from .lang import REWRITE_NODES, Tensor, node_args, node_name, subterms
-from .lowering import lower
+from .lowering import LoweringError, lower
 from .rules import FAMILIES
-from .saturate import ProgramEGraph
+from .saturate import ProgramEGraph, recursion_room
 
 __all__ = [
     "STRATEGIES",
@@ -45,6 +46,8 @@ __all__ = [
     "enumerate_candidates",
     "extract_best",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 Shape = tuple[int, ...]
 NodeCost = Callable[[str, "Shape | None", "str | None", "list[Shape | None]"], "float | None"]
@@ -109,8 +112,11 @@ class CandidateGraph:
     term_hash : str
         Hex SHA-256 of ``term_text``.
     rewrites : tuple of str
-        Rewrite families the term uses, in :data:`extract.rules.FAMILIES` order
-        (``merge_qkv`` for merges of three weights, ``merge_pair`` for two).
+        Rewrite families whose nodes the term has more of than the original program, in
+        :data:`extract.rules.FAMILIES` order: ``transpose_fold`` (plain ``dense``),
+        ``merge_qkv`` / ``merge_pair`` (parts of merged GEMMs of three / two weights),
+        ``silu``, ``epilogue_silu_mul``, ``epilogue_add``.  A merged or fused GEMM counts
+        for its own family only, though it also folds the transpose.
     mod : tvm.IRModule
         The Relax program rebuilt from the term; same ``main`` signature as the original.
     strategy : str
@@ -215,19 +221,26 @@ class LatencyCostModel:
             elif fn.ident.name == "dtype":
                 self._dtype[arg.value] = str(result.expr.value)
         self._own: dict[CallDecl, float] = {}
+        self._memo: dict[tuple, tuple[_DagCost, list[_DagCost]]] = {}
 
     def __call__(self, egraph: EGraph, expr: Any, children_costs: list[_DagCost]) -> _DagCost:
+        decl = expr.__egg_typed_expr__.expr
+        # The extractor asks again for the same children many times; the memo holds the
+        # children, so their ids stay unique while it lives.
+        key = (decl, *map(id, children_costs))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit[0]
         parts: dict[Any, float] = {}
         for child in children_costs:
             parts.update(child.parts)
-        typed = expr.__egg_typed_expr__
-        decl = typed.expr
-        if not (isinstance(decl, CallDecl) and typed.tp.ident.name == "Tensor"):
-            return _DagCost(parts) if parts else _ZERO
-        if decl not in self._own:
-            self._own[decl] = self._price(node_name(expr) or "", expr, decl)
-        parts[decl] = self._own[decl]
-        return _DagCost(parts)
+        if isinstance(decl, CallDecl) and expr.__egg_typed_expr__.tp.ident.name == "Tensor":
+            if decl not in self._own:
+                self._own[decl] = self._price(node_name(expr) or "", expr, decl)
+            parts[decl] = self._own[decl]
+        cost = _DagCost(parts) if parts else _ZERO
+        self._memo[key] = (cost, children_costs)
+        return cost
 
     def _price(self, name: str, expr: Any, decl: CallDecl) -> float:
         if name in _FREE:
@@ -267,10 +280,17 @@ class LatencyCostModel:
 
 
 def candidate_from_term(
-    state: ProgramEGraph, term: Tensor, strategy: str = "", cost: float | None = None
+    state: ProgramEGraph,
+    term: Tensor,
+    strategy: str = "",
+    cost: float | None = None,
+    text: str | None = None,
 ) -> CandidateGraph:
-    """Wrap a term of ``state``'s program as a :class:`CandidateGraph` (lowering it)."""
-    text = str(term)
+    """Wrap a term of ``state``'s program as a :class:`CandidateGraph` (lowering it).
+
+    ``text`` is ``str(term)`` when the caller has it already.
+    """
+    text = str(term) if text is None else text
     return CandidateGraph(
         term_text=text,
         term_hash=hashlib.sha256(text.encode()).hexdigest(),
@@ -310,6 +330,10 @@ def _extract(state: ProgramEGraph, model: LatencyCostModel) -> tuple[Tensor, flo
     return term, cost.total
 
 
+def _room(state: ProgramEGraph) -> Any:
+    return recursion_room(state.enodes())
+
+
 def extract_best(state: ProgramEGraph, node_cost: NodeCost | None = None) -> CandidateGraph:
     """The cheapest program under ``node_cost`` (greedy DAG extraction).
 
@@ -325,8 +349,9 @@ def extract_best(state: ProgramEGraph, node_cost: NodeCost | None = None) -> Can
     CandidateGraph
         With ``strategy="best"`` and ``cost`` the predicted latency in seconds.
     """
-    term, cost = _extract(state, LatencyCostModel(state, node_cost))
-    return candidate_from_term(state, term, "best", cost)
+    with _room(state):
+        term, cost = _extract(state, LatencyCostModel(state, node_cost))
+        return candidate_from_term(state, term, "best", cost)
 
 
 def enumerate_candidates(state: ProgramEGraph, max_candidates: int = 4) -> list[CandidateGraph]:
@@ -344,20 +369,25 @@ def enumerate_candidates(state: ProgramEGraph, max_candidates: int = 4) -> list[
     list of CandidateGraph
         Distinct by ``term_hash``; strategies in :data:`STRATEGIES` order (the default
         latency model with the strategy's forbidden families), fewer when strategies
-        extract the same program.
+        extract the same program.  A term that cannot be lowered back to Relax is
+        logged and skipped.
     """
     if max_candidates < 1:
         raise ValueError("max_candidates must be at least 1")
-    candidates = [candidate_from_term(state, state.root, "original")]
-    seen = {candidates[0].term_hash}
-    for name, allowed in STRATEGIES.items():
-        if len(candidates) >= max_candidates:
-            break
-        term, cost = _extract(state, LatencyCostModel(state, None, allowed))
-        text = str(term)
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        if digest in seen:
-            continue
-        seen.add(digest)
-        candidates.append(candidate_from_term(state, term, name, cost))
-    return candidates
+    with _room(state):
+        candidates = [candidate_from_term(state, state.root, "original")]
+        seen = {candidates[0].term_hash}
+        for name, allowed in STRATEGIES.items():
+            if len(candidates) >= max_candidates:
+                break
+            term, cost = _extract(state, LatencyCostModel(state, None, allowed))
+            text = str(term)
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            if digest in seen:
+                continue
+            seen.add(digest)
+            try:
+                candidates.append(candidate_from_term(state, term, name, cost, text))
+            except LoweringError as exc:  # never expected; keep the other candidates
+                _LOG.warning("skipping candidate %r: %s", name, str(exc).splitlines()[0])
+        return candidates

@@ -101,7 +101,13 @@ class _Lowerer:
             return self._table(self.tr.consts, _lit(args[0]))
         if name == "Tensor.opaque":
             spec = self._table(self.tr.opaques, _lit(args[1]))
-            return self._opaque(spec, [self.memo[a.__egg_typed_expr__] for a in node_args(args[2])])
+            children = [self.memo[a.__egg_typed_expr__] for a in node_args(args[2])]
+            if len(children) != _holes(spec.args):
+                raise LoweringError(
+                    f"opaque {_lit(args[0])} takes {_holes(spec.args)} tensors, "
+                    f"the term gives {len(children)}"
+                )
+            return self._opaque(spec, children)
         if name == "make_tuple":
             fields = relax.Tuple([self.memo[a.__egg_typed_expr__] for a in node_args(args[0])])
             return fields if root else bb.emit(fields)
@@ -192,6 +198,14 @@ _ELEMENTWISE = {
     "sigmoid": relax.op.sigmoid,
     "silu": relax.op.nn.silu,
 }
+
+
+def _holes(template: Any) -> int:
+    if isinstance(template, Hole):
+        return 1
+    if isinstance(template, tuple):
+        return sum(_holes(t) for t in template)
+    return 0
 
 
 def _postorder(term: Any) -> list[Any]:

@@ -10,8 +10,10 @@ can end somewhat above their limits; the report gives the real values.
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,7 +24,31 @@ from .lang import NODE_NAMES, Tensor
 from .rules import ANALYSIS, FAMILIES, RULESETS
 from .translate import Translation, translate
 
-__all__ = ["ProgramEGraph", "SaturationLimits", "SaturationReport", "StopReason", "saturate"]
+__all__ = [
+    "ProgramEGraph",
+    "SaturationLimits",
+    "SaturationReport",
+    "StopReason",
+    "recursion_room",
+    "saturate",
+]
+
+
+@contextmanager
+def recursion_room(nodes: int) -> Iterator[None]:
+    """Let Python recurse deep enough for terms of about ``nodes`` nodes inside the block.
+
+    egglog converts terms between Python and the e-graph recursively, a few frames per
+    level of the term, and a program of many decoder layers is a deep term.  The limit
+    is raised (never lowered) for the block and restored after it.
+    """
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 10 * nodes + 10_000))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
 
 StopReason = Literal["saturated", "iteration_limit", "node_limit", "time_limit"]
 
@@ -108,7 +134,8 @@ class ProgramEGraph:
         """Translate ``mod["main"]`` into an e-graph (see :func:`~extract.translate.translate`)."""
         translation = translate(mod)
         egraph = EGraph()
-        egraph.register(translation.root, *translation.facts)
+        with recursion_room(len(translation.facts)):
+            egraph.register(translation.root, *translation.facts)
         return cls(translation, egraph)
 
     @property
