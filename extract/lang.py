@@ -46,8 +46,8 @@ from egglog.declarations import CallDecl, ClassMethodRef, FunctionRef, InitRef
 from egglog.deconstruct import get_callable_args, get_literal_value
 
 __all__ = [
-    "REWRITE_NODES",
     "NODE_NAMES",
+    "REWRITE_NODES",
     "Tensor",
     "add",
     "concat",
@@ -56,13 +56,12 @@ __all__ = [
     "dtype",
     "get_item",
     "ints",
-    "node_args",
-    "node_name",
-    "subterms",
     "make_tuple",
     "matmul",
     "merged_dense",
     "multiply",
+    "node_args",
+    "node_name",
     "order",
     "permute_dims",
     "reshape",
@@ -70,9 +69,8 @@ __all__ = [
     "sigmoid",
     "silu",
     "silu_mul_dense",
+    "subterms",
 ]
-
-# ruff: noqa: D103  (the module docstring documents every constructor)
 
 
 class Tensor(Expr):

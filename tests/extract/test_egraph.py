@@ -223,3 +223,14 @@ def test_node_cost_steers_extract_best(exploration, expensive, expected):
     assert best.strategy == "best" and best.cost is not None
     found = counts(best.term)
     assert {k: found[k] for k in expected} == expected
+
+
+def test_saturation_can_run_some_families_only(model):
+    state = ProgramEGraph.from_module(model.mod)
+    report = saturate(state, SaturationLimits(families=("transpose_fold",)))
+    assert report.stop_reason == "saturated"
+    assert (
+        list(report.rules_fired) == ["transpose_fold"] and report.rules_fired["transpose_fold"] == 7
+    )
+    with pytest.raises(ValueError, match="unknown rewrite families"):
+        SaturationLimits(families=("no_such_family",))
