@@ -147,6 +147,8 @@ class TuneRun:
         """Tune, compile, verify and time; see the module docstring."""
         o = self.opts
         target = make_target(o.target) if o.target else make_target(default_target())
+        if o.tracker:  # fail fast on a bad or unreachable tracker, before any heavy work
+            wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
         with self.progress.status("importing the model"):
             model = load_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers, seed=o.seed)
         db = open_database(o.db)
@@ -353,7 +355,7 @@ class TuneRun:
             if best is not None and not best[0].is_default:
                 scheduled[k.name] = spaces[k.workload.workload_hash].replay(best[0]).mod
         args = list(model.inputs) + list(model.params)
-        stem = os.path.join(o.artifact_dir, f"{_slug(model.source)}-s{session_id}")
+        stem = os.path.join(os.path.abspath(o.artifact_dir), f"{_slug(model.source)}-s{session_id}")
         with self.progress.status("building the tuned program"):
             tuned_path = export(build_tuned(fused, scheduled, target), stem + ".so")
         with self.progress.status("building TVM's default program"):

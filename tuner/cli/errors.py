@@ -33,7 +33,8 @@ def main_guard(app: typer.Typer) -> None:
     """Run the app; turn every escaping exception into one line and an exit code."""
     logging.getLogger("tvm").setLevel(logging.WARNING)
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # returns the exit code of typer.Exit
+        sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except KeyboardInterrupt:

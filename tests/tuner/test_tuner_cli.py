@@ -1,0 +1,69 @@
+"""Bad input to `tune run`: one line on stderr, a non-zero exit, no traceback, nothing lost."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+
+def tune(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["no-such-model"], ["no-such-model", "qwen3-0.6b"]),
+        (["missing.onnx"], ["missing.onnx"]),
+        (["qwen3-tiny", "--trials", "-1"], ["--trials"]),
+        (["qwen3-tiny", "--stage", "train"], ["train"]),
+        (["qwen3-tiny", "--tracker", "127.0.0.1:notaport"], ["127.0.0.1:notaport"]),
+        (["qwen3-tiny", "--tracker", "127.0.0.1:1"], ["127.0.0.1:1"]),
+        (["qwen3-tiny", "--target", '{"kind": "no-such-kind"}'], ["no-such-kind"]),
+    ],
+    ids=["unknown-model", "missing-onnx", "negative-trials", "bad-stage", "malformed-tracker",
+         "unreachable-tracker", "bad-target"],
+)
+def test_bad_input_is_one_line(tmp_path, args, needles):
+    proc = tune("run", *args, "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, *needles)
+
+
+def test_malformed_onnx_file(tmp_path):
+    (tmp_path / "bad.onnx").write_bytes(b"this is not a protobuf")
+    proc = tune("run", "bad.onnx", "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, "bad.onnx")
+
+
+def test_unwritable_database_path(tmp_path):
+    (tmp_path / "file").write_text("a file, not a directory")
+    proc = tune("run", "qwen3-tiny", "-q", "--db", f"sqlite:///{tmp_path}/file/t.db", cwd=tmp_path)
+    assert_one_line_error(proc)
+
+
+def test_recorded_results_survive_a_failed_run(tmp_path):
+    """A run that fails (here: an unreachable tracker) leaves an existing database as it was."""
+    db = tmp_path / "t.db"
+    con = sqlite3.connect(db)
+    con.execute("create table keep (x int)")
+    con.execute("insert into keep values (42)")
+    con.commit()
+    con.close()
+    proc = tune("run", "qwen3-tiny", "-q", "--tracker", "127.0.0.1:1", "--db", f"sqlite:///{db}", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert sqlite3.connect(db).execute("select x from keep").fetchall() == [(42,)]

@@ -1,0 +1,90 @@
+"""End to end: `tune run` on a tiny Qwen3 layer with real RPC workers, a real database, real builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from database import open_database
+
+
+def tune_json(*args: str, cwd) -> tuple[dict, float]:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", *args, "--json", "-q"],
+        cwd=cwd, capture_output=True, text=True, timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "", proc.stderr  # -q: nothing but errors
+    return json.loads(proc.stdout), time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def prefill_runs(tmp_path_factory):
+    """The same prefill job twice on one database."""
+    work = tmp_path_factory.mktemp("prefill")
+    args = ("qwen3-tiny", "--stage", "prefill", "--seq-len", "8", "--trials", "2", "--db", f"sqlite:///{work}/tune.db")
+    first = tune_json(*args, cwd=work)
+    second = tune_json(*args, cwd=work)
+    return work, first, second
+
+
+def test_summary_has_every_figure(prefill_runs):
+    _, (summary, _), _ = prefill_runs
+    assert {"session_id", "kernels", "latency_s", "measured_trials"} <= summary.keys()
+    for name in ("tuned", "tvm_default", "torch_eager"):
+        assert summary["latency_s"][name] > 0
+    assert summary["measured_trials"] > 0
+    assert summary["kernels"], "the chosen program has kernels"
+    for kernel in summary["kernels"]:
+        assert kernel["latency_s"] > 0 and not kernel["predicted"]
+        # the untuned default is always measured, so the best is never slower than it
+        assert kernel["default_latency_s"] is not None
+        assert kernel["latency_s"] <= kernel["default_latency_s"]
+    assert summary["max_abs_error"] < 1e-3
+    assert os.path.exists(summary["artifact"])
+
+
+def test_egraph_rewrites_fire_and_candidates_are_checked(prefill_runs):
+    _, (summary, _), _ = prefill_runs
+    fired = summary["saturation"]["rules_fired"]
+    for family in ("transpose_fold", "merge_qkv", "merge_pair", "epilogue_silu_mul", "epilogue_add"):
+        assert fired.get(family, 0) > 0, (family, fired)
+    assert summary["saturation"]["stop_reason"]
+    checked = [c for c in summary["candidates"] if "max_abs_error" in c]
+    assert len(checked) >= 2 and all(c["max_abs_error"] < 1e-3 for c in checked)
+
+
+def test_database_holds_the_run(prefill_runs):
+    work, (summary, _), _ = prefill_runs
+    db = open_database(f"sqlite:///{work}/tune.db")
+    stats = db.stats()
+    db.close()
+    assert stats["session"] == 2
+    assert stats["workload"] >= len(summary["kernels"])
+    assert stats["candidate"] >= stats["workload"]
+    assert stats["measure_result"] == summary["measured_trials"]
+
+
+def test_second_run_measures_nothing_and_reaches_the_same_program(prefill_runs):
+    _, (first, t_first), (second, t_second) = prefill_runs
+    assert second["measured_trials"] == 0
+    assert second["graph"]["term_hash"] == first["graph"]["term_hash"]
+    assert [k["workload_hash"] for k in second["kernels"]] == [k["workload_hash"] for k in first["kernels"]]
+    assert t_second < t_first
+
+
+def test_decode_with_kv_cache(tmp_path):
+    summary, _ = tune_json(
+        "qwen3-tiny", "--stage", "decode", "--kv-len", "16", "--trials", "1", "--candidates", "2",
+        "--db", f"sqlite:///{tmp_path}/tune.db", cwd=tmp_path,
+    )
+    assert summary["stage"] == "decode"
+    for name in ("tuned", "tvm_default", "torch_eager"):
+        assert summary["latency_s"][name] > 0
+    assert summary["max_abs_error"] < 1e-3

@@ -1,0 +1,5 @@
+"""``python -m tuner`` runs the ``tune`` command line."""
+
+from .cli import main
+
+main()
