@@ -8,6 +8,7 @@ otherwise, and must only be exposed to trusted networks.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -117,10 +118,20 @@ def wait_for_key(address: TrackerAddress, key: str, timeout_s: float = 60.0) -> 
 
 
 def _python_module(args: list[str]) -> subprocess.Popen:
+    # A process group of its own: TVM's tracker and server serve from a child process
+    # (and fork one per session), which must end with it.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 class LocalRPC:
@@ -153,12 +164,14 @@ class LocalRPC:
 
     def __exit__(self, *exc) -> None:
         for proc in reversed(self._procs):
-            proc.terminate()
+            _signal_group(proc, signal.SIGTERM)
         for proc in self._procs:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                pass
+            _signal_group(proc, signal.SIGKILL)  # what SIGTERM left of the group
+            proc.wait()
         self._procs.clear()
 
 

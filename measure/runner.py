@@ -47,7 +47,8 @@ def _run_one(tracker: TrackerAddress, key: str, artifact: str, device_type: str,
     import tvm
     from tvm import rpc
 
-    session = rpc.connect_tracker(tracker.host, tracker.port).request(key, session_timeout=int(config.timeout_s))
+    # The worker kills the session after ``timeout_s`` (a float: int() would make 0.5 s "no limit").
+    session = rpc.connect_tracker(tracker.host, tracker.port).request(key, session_timeout=config.timeout_s)
     name = os.path.basename(artifact)
     session.upload(artifact, name)
     try:
@@ -65,10 +66,13 @@ def _run_one(tracker: TrackerAddress, key: str, artifact: str, device_type: str,
             got = args[n_in + k].numpy()
             bad = ~np.isclose(got, expected, rtol=config.rtol, atol=config.atol, equal_nan=True)
             if bad.any():
-                err = np.nanmax(np.abs(got.astype(np.float64) - expected.astype(np.float64)))
+                diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))[bad]
+                n_nan = int(np.isnan(diff).sum())  # NaN on one side only: e.g. an element left unwritten
+                details = [f"max abs error {np.nanmax(diff):.3g}"] if n_nan < diff.size else []
+                details += [f"{n_nan} NaN (unwritten or invalid)"] if n_nan else []
                 raise RuntimeError(
                     f"{WRONG_RESULT_TAG} output {k}: {int(bad.sum())} of {bad.size} elements differ "
-                    f"from the reference (max abs error {err:.3g})"
+                    f"from the reference ({', '.join(details)})"
                 )
         evaluator = lib.time_evaluator(
             lib.entry_name, dev, number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,

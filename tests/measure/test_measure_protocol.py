@@ -1,0 +1,80 @@
+"""MeasureConfig validation and the classification of failure messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from measure import MeasureConfig, classify_build_error, first_line
+from measure.protocol import classify_run_error
+
+
+def test_defaults_are_valid():
+    config = MeasureConfig()
+    assert config.number >= 1 and config.repeat >= 1 and config.timeout_s > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"repeat": 0}, "--repeat must be at least 1, got 0"),
+        ({"number": 0}, "--number must be at least 1, got 0"),
+        ({"number": -3}, "--number must be at least 1, got -3"),
+        ({"min_repeat_ms": -1}, "--min-repeat-ms must not be negative, got -1"),
+        ({"timeout_s": 0}, "--timeout must be positive, got 0"),
+        ({"timeout_s": -2.5}, "--timeout must be positive, got -2.5"),
+    ],
+)
+def test_invalid_config_is_refused(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        MeasureConfig(**kwargs)
+    assert str(info.value) == message
+
+
+def test_edge_values_are_accepted():
+    config = MeasureConfig(number=1, repeat=1, min_repeat_ms=0, timeout_s=0.1)
+    assert (config.number, config.repeat, config.min_repeat_ms, config.timeout_s) == (1, 1, 0, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("message", "status"),
+    [
+        ("build timeout: killed after 60 s", "timeout"),
+        ("build error: InternalError: Check failed: undefined.size() == 0", "build_error"),
+        ("", "build_error"),
+    ],
+)
+def test_classify_build_error(message, status):
+    assert classify_build_error(message) == status
+
+
+@pytest.mark.parametrize(
+    ("message", "status"),
+    [
+        ("RuntimeError: wrong_result: output 0: 3 of 9 elements differ from the reference", "wrong_result"),
+        ("run timeout: killed after 2 s", "timeout"),
+        ("RPCSessionTimeoutError: Your 2.0s session has expired", "timeout"),
+        ("ConnectionResetError: [Errno 104] Connection reset by peer", "worker_lost"),
+        ("BrokenPipeError: [Errno 32] Broken pipe", "worker_lost"),
+        ("RuntimeError: Cannot request key after 5 retry, last_error: connection refused", "worker_lost"),
+        ("TVMError: Segmentation fault", "run_error"),
+    ],
+)
+def test_classify_run_error(message, status):
+    assert classify_run_error(message) == status
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        ("Traceback:\n  File x\nInternalError: Check failed\n  note: more\n", "InternalError: Check failed"),
+        ("noise\nRuntimeError: wrong_result: output 0 differs\n", "RuntimeError: wrong_result: output 0 differs"),
+        ("first\n\n  last line  \n\n", "last line"),
+        ("", ""),
+    ],
+)
+def test_first_line(message, line):
+    assert first_line(message) == line
+
+
+def test_first_line_is_cut_to_the_limit():
+    assert first_line("ValueError: " + "x" * 1000, limit=20) == "ValueError: xxxxxxxx"
