@@ -88,7 +88,7 @@ def run_on_worker(
     ``min_repeat_ms``; outputs come from a separate first run.
     """
     session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(
-        key, session_timeout=int(config.timeout_s) * 10
+        key, session_timeout=config.timeout_s * 10
     )
     try:
         return [_run_program(session, artifact, args, config) for artifact in artifacts]

@@ -8,6 +8,7 @@ interrupted run loses nothing and a rerun resumes where it stopped.
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -296,6 +297,9 @@ class TuneRun:
                     records.append(MeasureRecord(status=r.status, times_s=r.times_s, error=r.error,
                                                  build_time_s=b.build_time_s, **common))
             db.add_measure_results(records)
+            for b in builds:
+                if b.artifact_path:
+                    shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
             return records
 
         def on_batch(k: Kernel, results) -> None:

@@ -1,0 +1,64 @@
+"""Units of the tuner: kernels of a program, the schedule space, the cost model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from database import DEFAULT_TRACE_JSON
+from extract import load_model
+from measure.tvmapi import make_target
+from tuner.cost_model import FEATURE_VERSION, XGBCostModel, featurize
+from tuner.kernels import kernel_reference, kernels_of, lower_to_kernels
+from tuner.space import ScheduleSpace
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    model = load_model("qwen3-tiny", stage="prefill", seq_len=8)
+    return kernels_of(lower_to_kernels(model.mod))
+
+
+def test_kernels_are_workloads_with_counts(kernels):
+    hashes = [k.workload.workload_hash for k in kernels]
+    assert len(hashes) == len(set(hashes)), "one kernel per workload"
+    matmuls = [k for k in kernels if k.workload.op_kind == "matmul"]
+    assert matmuls and all(k.workload.flops > 0 for k in matmuls)
+    # q_proj and o_proj are both 64x64 GEMMs on 8 tokens: one workload called twice
+    assert any(k.calls == 2 for k in matmuls)
+    assert all(k.workload.bytes_moved > 0 for k in kernels)
+
+
+def test_reference_is_the_unscheduled_kernel(kernels):
+    kernel = max(kernels, key=lambda k: k.workload.flops)
+    ref = kernel_reference(kernel)
+    outputs = ref.arrays[len(ref.arrays) - ref.n_outputs :]
+    assert all(np.isfinite(o).all() for o in outputs)
+    again = kernel_reference(kernel)
+    assert all(np.array_equal(a, b) for a, b in zip(ref.arrays, again.arrays)), "fixed inputs"
+
+
+def test_space_samples_distinct_replayable_schedules(kernels):
+    kernel = max(kernels, key=lambda k: k.workload.flops)
+    space = ScheduleSpace(kernel.func, kernel.workload.workload_hash, make_target({"kind": "llvm", "num-cores": 2}))
+    assert space.default().record.trace_json == DEFAULT_TRACE_JSON
+    sampled = space.sample(8)
+    assert len(sampled) >= 2
+    assert len({c.record.candidate_hash for c in sampled}) == len(sampled)
+    replayed = space.replay(sampled[0].record)
+    assert replayed.mod.script() == sampled[0].mod.script()
+    features = space.features([space.default()] + sampled)
+    assert all(f.shape[1] == 164 for f in features)
+
+
+def test_cost_model_learns_and_round_trips(kernels):
+    kernel = max(kernels, key=lambda k: k.workload.flops)
+    rng = np.random.default_rng(0)
+    X = np.stack([featurize(rng.random((3, 164)).astype(np.float32), kernel.workload) for _ in range(64)])
+    latency = np.exp(-X[:, 0])  # a latency that depends on the features
+    model = XGBCostModel(n_estimators=50).fit(X, latency)
+    pred = model.predict_latency(X)
+    assert np.corrcoef(np.log(pred), np.log(latency))[0, 1] > 0.9
+    again = XGBCostModel.load(model.save())
+    assert np.allclose(again.predict_latency(X), pred)
+    assert FEATURE_VERSION
