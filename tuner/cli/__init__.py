@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from .db import db_app
 from .errors import main_guard
+from .rpc import tracker_command, worker_command, workers_command
 from .run import run_command
 
 # Local variables in a traceback would print database passwords.
@@ -16,6 +18,10 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("run")(run_command)
+app.command("tracker")(tracker_command)
+app.command("worker")(worker_command)
+app.command("workers")(workers_command)
+app.add_typer(db_app, name="db")
 
 
 @app.callback()

@@ -1,0 +1,104 @@
+"""``tune tracker``, ``tune worker`` and ``tune workers``: TVM's RPC tracker and servers.
+
+A worker is TVM's RPC server registered with a tracker under an RPC key. It runs
+the code it is sent: bind it to 127.0.0.1 (the default) or to a network you trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Annotated
+
+import typer
+
+from .errors import fail
+
+TRACKER_HELP = "Tracker HOST:PORT. Env: TVM_TRACKER_HOST, TVM_TRACKER_PORT."
+
+
+def _tracker_arg(tracker: str | None) -> str:
+    if tracker:
+        return tracker
+    if os.environ.get("TVM_TRACKER_HOST"):
+        return f"{os.environ['TVM_TRACKER_HOST']}:{os.environ.get('TVM_TRACKER_PORT', '9190')}"
+    fail("no tracker given: pass --tracker HOST:PORT or set TVM_TRACKER_HOST")
+    raise AssertionError  # unreachable
+
+
+def _serve(args: list[str]) -> None:
+    """Run a TVM RPC process in the foreground until it exits or we get SIGINT/SIGTERM."""
+    stopping = []
+
+    def stop(signum, _frame):
+        stopping.append(signum)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, NameError):
+            pass
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    proc = subprocess.Popen([sys.executable, "-m", *args], start_new_session=True)
+    if stopping:
+        os.killpg(proc.pid, signal.SIGTERM)
+    code = proc.wait()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own children
+    except ProcessLookupError:
+        pass
+    raise typer.Exit(0 if stopping or code == 0 else code)
+
+
+def tracker_command(
+    host: Annotated[str, typer.Option(help="Address to bind; 127.0.0.1 keeps it on this machine.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 9190,
+) -> None:
+    """Run TVM's RPC tracker (logs on stderr; SIGINT or SIGTERM stops it)."""
+    if not 0 < port < 65536:
+        fail(f"--port {port} is out of range")
+    _serve(["tvm.exec.rpc_tracker", "--host", host, "--port", str(port), "--port-end", str(port + 1)])
+
+
+def worker_command(
+    tracker: Annotated[str | None, typer.Option(help=TRACKER_HELP)] = None,
+    key: Annotated[str, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key naming this device's pool.")] = "local",
+    host: Annotated[str, typer.Option(help="Address to bind. The worker runs any code it is sent: expose it only to trusted networks.")] = "127.0.0.1",
+) -> None:
+    """Run a measurement worker: a TVM RPC server registered with the tracker under KEY.
+
+    The worker executes the code it receives; it binds to 127.0.0.1 unless told
+    otherwise and must only be exposed to trusted networks.
+    """
+    from measure import parse_tracker, queue_status
+
+    address = parse_tracker(_tracker_arg(tracker))
+    queue_status(address)  # an unreachable tracker is an error now, not a silent retry loop
+    _serve(["tvm.exec.rpc_server", "--tracker", str(address), "--key", key, "--host", host])
+
+
+def workers_command(
+    tracker: Annotated[str | None, typer.Option(help=TRACKER_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """List the tracker's RPC keys with their free and pending counts, and the registered workers."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from measure import parse_tracker, queue_status
+
+    status = queue_status(parse_tracker(_tracker_arg(tracker)))
+    if as_json:
+        sys.stdout.write(json.dumps(status) + "\n")
+        return
+    table = Table(title="RPC keys")
+    for col in ("key", "workers", "free", "pending"):
+        table.add_column(col)
+    servers = status.get("server_info", [])
+    for key, queue in sorted(status.get("queue_info", {}).items()):
+        n = sum(1 for s in servers if s.get("key", "").split(":", 1)[-1] == key)
+        table.add_row(key, str(n), str(queue.get("free", 0)), str(queue.get("pending", 0)))
+    Console().print(table)
