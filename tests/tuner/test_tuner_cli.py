@@ -67,3 +67,14 @@ def test_recorded_results_survive_a_failed_run(tmp_path):
     proc = tune("run", "qwen3-tiny", "-q", "--tracker", "127.0.0.1:1", "--db", f"sqlite:///{db}", cwd=tmp_path)
     assert proc.returncode != 0
     assert sqlite3.connect(db).execute("select x from keep").fetchall() == [(42,)]
+
+
+def test_every_candidate_failing_names_the_workload(tmp_path):
+    """Builds that all time out: a one-line error naming the workload, a failed session, every failure kept."""
+    proc = tune("run", "qwen3-tiny", "--seq-len", "8", "--trials", "1", "--candidates", "1", "--timeout", "0.01",
+                "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, "every candidate of workload", "timeout")
+    con = sqlite3.connect(tmp_path / "t.db")
+    assert con.execute("select status from session").fetchall() == [("failed",)]
+    statuses = con.execute("select status from measure_result").fetchall()
+    assert statuses and all(s == ("timeout",) for s in statuses)
