@@ -14,7 +14,14 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from database import GraphCandidateRecord, MeasureRecord, TargetRecord, open_database
+from database import (
+    DEFAULT_TRACE_JSON,
+    CandidateRecord,
+    GraphCandidateRecord,
+    MeasureRecord,
+    TargetRecord,
+    open_database,
+)
 from extract import load_model
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
@@ -234,7 +241,7 @@ class TuneRun:
                                    {"train_records": len(trainer)})
             chosen, prices = self._choose(db, graphs, spaces, target_rec, trainer)
             cand, fused, kernels = chosen
-            summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials, prices) for k in kernels]
+            summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials) for k in kernels]
             latency, artifact, err = self._compile_and_time(db, model, target, fused, kernels, spaces, target_rec,
                                                             tracker, key, session_id)
         db.update_graph_latency(_graph_hash(model.model_hash, cand.term_text), predicted=prices[cand.term_hash],
@@ -340,11 +347,11 @@ class TuneRun:
         )
         return chosen, prices
 
-    def _kernel_summary(self, db, k, target_rec, new_trials, prices) -> KernelSummary:
+    def _kernel_summary(self, db, k, target_rec, new_trials) -> KernelSummary:
         wh = k.workload.workload_hash
         measured = db.measured_candidates(wh, target_rec.target_hash)
         best = db.best(wh, target_rec.target_hash)
-        default = [m for m in measured.values() if m.status == "ok" and _is_default(db, m)]
+        default = [m for m in measured.values() if m.status == "ok" and _is_default(m)]
         return KernelSummary(
             name=k.name, workload_hash=wh, op_kind=k.workload.op_kind, calls=k.calls, flops=k.workload.flops,
             latency_s=best[1] if best else None, default_latency_s=default[0].median_s if default else None,
@@ -376,9 +383,7 @@ class TuneRun:
         return {"tuned": tuned.median_s, "tvm_default": default.median_s, "torch_eager": torch_s}, tuned_path, err
 
 
-def _is_default(db, record: MeasureRecord) -> bool:
-    from database import CandidateRecord, DEFAULT_TRACE_JSON
-
+def _is_default(record: MeasureRecord) -> bool:
     return CandidateRecord(record.workload_hash, DEFAULT_TRACE_JSON).candidate_hash == record.candidate_hash
 
 

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from .errors import fail
 
 
 def run_command(
@@ -41,8 +40,6 @@ def run_command(
     from ..report import print_summary
     from ..session import RunOptions, TuneRun
 
-    if trials < 0:
-        fail(f"--trials must be positive (or 0 to measure nothing), got {trials}")
     if tracker is None and os.environ.get("TVM_TRACKER_HOST"):
         tracker = f"{os.environ['TVM_TRACKER_HOST']}:{os.environ.get('TVM_TRACKER_PORT', '9190')}"
     options = RunOptions(
