@@ -81,5 +81,8 @@ class Builder:
     def close(self) -> None:
         """Stop the build processes."""
         if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+            pool, self._pool = self._pool, None
+            try:
+                pool.shutdown()
+            except Exception:  # noqa: BLE001 - workers already gone (e.g. after Ctrl-C): nothing to stop
+                pass

@@ -132,4 +132,7 @@ class Runner:
 
     def close(self) -> None:
         """Stop the run process."""
-        self._pool.shutdown()
+        try:
+            self._pool.shutdown()
+        except Exception:  # noqa: BLE001 - the process is already gone (e.g. after Ctrl-C)
+            pass

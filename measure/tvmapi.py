@@ -8,6 +8,7 @@ this module, so that the next rename (``tir`` -> ``tirx``/``s_tir``, string targ
 from __future__ import annotations
 
 import json
+import os
 
 import tvm
 import tvm_ffi
@@ -50,7 +51,19 @@ def make_target(spec: str | dict) -> tvm.target.Target:
     """
     if isinstance(spec, str):
         text = spec.strip()
-        spec = json.loads(text) if text.startswith("{") else {"kind": text}
+        if not text.startswith("{") and (" " in text or "-" in text.split(" ")[0][:1]):
+            raise ValueError(
+                f"target strings like {text!r} are refused by TVM 0.27: give JSON, "
+                'e.g. \'{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}\''
+            )
+        try:
+            spec = json.loads(text) if text.startswith("{") else {"kind": text}
+        except json.JSONDecodeError as err:
+            raise ValueError(f"target is not valid JSON: {err}") from None
+    if not isinstance(spec, dict) or "kind" not in spec:
+        raise ValueError(f"target must be a JSON object with a \"kind\", got {json.dumps(spec)}")
+    if spec["kind"] == "llvm" and "num-cores" not in spec:
+        spec = dict(spec, **{"num-cores": os.cpu_count() or 1})  # MetaSchedule's CPU rules need it
     try:
         return tvm.target.Target(spec)
     except Exception as err:  # TVM raises several error types for a bad target

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -150,11 +152,43 @@ class TuneRun:
             timeout_s=options.timeout_s,
         )
         self.search_config = SearchConfig(trials=options.trials, batch_size=options.batch_size, seed=options.seed)
+        self._stop = threading.Event()
 
     def run(self) -> RunSummary:
-        """Tune, compile, verify and time; see the module docstring."""
+        """Tune, compile, verify and time; see the module docstring.
+
+        SIGINT or SIGTERM stops the run at the next batch boundary: the batch in
+        flight is not recorded (its worker processes may have died with the
+        signal), everything before it is, and the session is marked
+        ``interrupted``; a second signal stops at once.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return self._run_all()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._run_all()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self._stop.is_set():
+            raise KeyboardInterrupt
+        self._stop.set()
+        self.progress.note("stopping: the batch in flight is dropped, every recorded result is kept")
+
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise KeyboardInterrupt
+
+    def _run_all(self) -> RunSummary:
         o = self.opts
         target = make_target(o.target) if o.target else make_target(default_target())
+        if not o.tracker and target.kind.name != "llvm":
+            raise TuneError(
+                f"the embedded worker measures on this CPU; a {target.kind.name} target needs "
+                "--tracker HOST:PORT --key KEY naming workers of that device"
+            )
         if o.tracker:  # fail fast on a bad or unreachable tracker, before any heavy work
             wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
         with self.progress.status("importing the model"):
@@ -203,6 +237,7 @@ class TuneRun:
                     cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "error": str(mismatch)})
                     self.progress.note(f"candidate {cand.term_hash[:10]} dropped: {mismatch}")
                     continue
+            self._check_stop()
             fused = lower_to_kernels(cand.mod)
             kernels = kernels_of(fused)
             graphs.append((cand, fused, kernels))
@@ -239,6 +274,7 @@ class TuneRun:
             if trainer.model.fitted:
                 db.save_cost_model(target_rec.target_hash, FEATURE_VERSION, trainer.model.save(), len(trainer),
                                    {"train_records": len(trainer)})
+            self._check_stop()
             chosen, prices = self._choose(db, graphs, spaces, target_rec, trainer)
             cand, fused, kernels = chosen
             summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials) for k in kernels]
@@ -286,12 +322,14 @@ class TuneRun:
         reference = []
 
         def measure(k: Kernel, batch) -> list[MeasureRecord]:
+            self._check_stop()
             if not reference:
                 reference.append(kernel_reference(k))
             db.add_candidates([c.record for c in batch])
             builds = builder.build([c.mod for c in batch])
             built = [(c, b) for c, b in zip(batch, builds) if b.error is None]
             runs = iter(runner.run([b for _, b in built], reference[0]))
+            self._check_stop()  # a signal mid-batch may have killed its processes: record nothing of it
             records = []
             for c, b in zip(batch, builds):
                 common = dict(candidate_hash=c.record.candidate_hash, workload_hash=wh,

@@ -34,13 +34,16 @@ def main_guard(app: typer.Typer) -> None:
     logging.getLogger("tvm").setLevel(logging.WARNING)
     try:
         code = app(standalone_mode=False)  # returns the exit code of typer.Exit
+        if code == 130:  # typer's word for a KeyboardInterrupt
+            _interrupted()
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except KeyboardInterrupt:
-        typer.echo("interrupted: every result recorded so far is kept", err=True)
-        sys.exit(130)
+        _interrupted()
     except Exception as err:  # noqa: BLE001 - the last line of defence
+        if type(err).__name__ == "Abort":  # typer turns KeyboardInterrupt into Abort
+            _interrupted()
         if os.environ.get("TUNE_DEBUG"):
             raise
         if hasattr(err, "show") and hasattr(err, "exit_code"):  # typer's usage errors
@@ -51,6 +54,11 @@ def main_guard(app: typer.Typer) -> None:
             sys.exit(1)
         typer.echo(f"error: internal {type(err).__name__}: {_one_line(err)} (TUNE_DEBUG=1 shows the traceback)", err=True)
         sys.exit(2)
+
+
+def _interrupted() -> None:
+    typer.echo("interrupted: every result recorded so far is kept", err=True)
+    sys.exit(130)
 
 
 def _one_line(err: BaseException) -> str:
