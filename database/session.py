@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -114,6 +116,20 @@ def create_engine_for(url: URL) -> Engine:
 def _configure_sqlite(engine: Engine) -> None:
     """WAL, busy timeout, foreign keys; SQLAlchemy (not sqlite3) emits BEGIN."""
 
+    def _retry_locked(statement) -> None:
+        # Switching a brand-new file to WAL needs its exclusive lock; SQLite can answer
+        # "database is locked" at once (no busy handler) while another connection makes
+        # the same switch, so retry within the busy timeout.
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+        while True:
+            try:
+                statement()
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, connection_record) -> None:
         # Take transaction control away from sqlite3 (SQLAlchemy's pysqlite recipe).
@@ -122,7 +138,7 @@ def _configure_sqlite(engine: Engine) -> None:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _retry_locked(lambda: cursor.execute("PRAGMA journal_mode = WAL"))
         finally:
             cursor.close()
 
