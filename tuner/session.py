@@ -24,6 +24,7 @@ from database import (
     TargetRecord,
     open_database,
 )
+from database.session import display_url
 from extract import load_model
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
@@ -77,7 +78,9 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if self.trials < 0:
-            raise TuneError(f"--trials must be positive (or 0 to measure nothing), got {self.trials}")
+            raise TuneError(f"--trials must be non-negative (0 measures nothing), got {self.trials}")
+        if self.batch_size < 1:
+            raise TuneError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.max_candidates < 1:
             raise TuneError(f"--candidates must be at least 1, got {self.max_candidates}")
 
@@ -203,7 +206,9 @@ class TuneRun:
         o = self.opts
         target_rec = TargetRecord(target_json(target), o.key or LOCAL_KEY)
         db.add_target(target_rec)
-        args = {k: v for k, v in asdict(o).items()}
+        args = asdict(o)
+        if args["db"]:
+            args["db"] = display_url(args["db"])  # never store a password in the database
         session_id = db.start_session(args, model.source, model.model_hash)
         self.progress.note(f"session {session_id}: {model.source} on {db.url_display}")
         try:

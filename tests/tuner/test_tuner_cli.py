@@ -78,3 +78,9 @@ def test_every_candidate_failing_names_the_workload(tmp_path):
     assert con.execute("select status from session").fetchall() == [("failed",)]
     statuses = con.execute("select status from measure_result").fetchall()
     assert statuses and all(s == ("timeout",) for s in statuses)
+
+
+def test_batch_size_must_be_positive(tmp_path):
+    proc = tune("run", "qwen3-tiny", "--batch-size", "0", "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, "--batch-size")
+
