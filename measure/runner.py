@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+from tvm.support.popen_pool import PopenPoolExecutor
 
 from .builder import BuildResult
 from .protocol import WRONG_RESULT_TAG, MeasureConfig, classify_run_error, first_line

@@ -103,13 +103,6 @@ def apply_trace(func: PrimFunc, trace_json: str) -> tvm.IRModule:
     return sch.mod
 
 
-def load_trace(func: PrimFunc, trace_json: str) -> Trace:
-    """The ``Trace`` object of a stored trace JSON, replayed on ``func``."""
-    sch = Schedule(tvm.IRModule({"main": func}))
-    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
-    return sch.trace
-
-
 def lower_and_finalize_passes(target: tvm.target.Target) -> list:
     """Relax's dataflow-lowering and finalisation passes for ``target`` (after fusion).
 

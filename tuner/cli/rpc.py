@@ -21,10 +21,13 @@ TRACKER_HELP = "Tracker HOST:PORT. Env: TVM_TRACKER_HOST, TVM_TRACKER_PORT."
 
 
 def _tracker_arg(tracker: str | None) -> str:
+    from measure import tracker_from_env
+
     if tracker:
         return tracker
-    if os.environ.get("TVM_TRACKER_HOST"):
-        return f"{os.environ['TVM_TRACKER_HOST']}:{os.environ.get('TVM_TRACKER_PORT', '9190')}"
+    env_tracker = tracker_from_env()
+    if env_tracker:
+        return str(env_tracker)
     fail("no tracker given: pass --tracker HOST:PORT or set TVM_TRACKER_HOST")
     raise AssertionError  # unreachable
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Annotated
 
@@ -40,8 +39,11 @@ def run_command(
     from ..report import print_summary
     from ..session import RunOptions, TuneRun
 
-    if tracker is None and os.environ.get("TVM_TRACKER_HOST"):
-        tracker = f"{os.environ['TVM_TRACKER_HOST']}:{os.environ.get('TVM_TRACKER_PORT', '9190')}"
+    if tracker is None:
+        from measure import tracker_from_env
+
+        env_tracker = tracker_from_env()
+        tracker = str(env_tracker) if env_tracker else None
     options = RunOptions(
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
