@@ -8,7 +8,6 @@ interrupted run loses nothing and a rerun resumes where it stopped.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 from collections import Counter
@@ -34,16 +33,16 @@ from measure import (
     LocalRPC,
     MeasureConfig,
     Runner,
-    classify_build_error,
-    first_line,
     parse_tracker,
     wait_for_key,
 )
 from measure.tvmapi import host_cpu, make_target, target_json
 
+from .choose import PricingError, price_programs
 from .compile import build_default, build_tuned, export, run_on_worker, verify
-from .cost_model import FEATURE_VERSION, XGBCostModel, featurize
-from .kernels import Kernel, kernel_reference, kernels_of, lower_to_kernels
+from .kernels import Kernel, kernels_of, lower_to_kernels
+from .measuring import BatchMeasurer
+from .model_store import load_warm_model, save_model
 from .progress import Progress
 from .search import ModelTrainer, SearchConfig, tune_kernel
 from .space import ScheduleSpace
@@ -260,25 +259,26 @@ class TuneRun:
             db.add_workload(k.workload)
         self.progress.note(f"{len(graphs)} candidate programs, {len(workloads)} distinct workloads")
 
-        trainer = ModelTrainer(self._warm_model(db, target_rec))
+        warm = load_warm_model(db, target_rec.target_hash)
+        if warm is not None:
+            self.progress.note("cost model: warm start from the database")
+        trainer = ModelTrainer(warm)
         spaces = {h: ScheduleSpace(k.func, h, target, seed=o.seed) for h, k in workloads.items()}
         new_trials: Counter = Counter()
         with self._workers() as (tracker, key):
             builder = Builder(target, timeout_s=o.timeout_s)
             runner = Runner(tracker, key, self.measure_config)
+            measurer = BatchMeasurer(db, builder, runner, target_rec, session_id, self._check_stop)
             try:
                 self.progress.start_tuning(len(workloads) * o.trials)
                 for h, kernel in sorted(workloads.items(), key=lambda kv: -kv[1].workload.flops):
-                    outcome = self._tune_workload(db, kernel, spaces[h], target_rec, session_id, trainer, builder,
-                                                  runner)
+                    outcome = self._tune_workload(db, kernel, spaces[h], target_rec, trainer, measurer)
                     new_trials[h] = outcome.measured_now
             finally:
                 builder.close()
                 runner.close()
             self.progress.stop_tuning()
-            if trainer.model.fitted:
-                db.save_cost_model(target_rec.target_hash, FEATURE_VERSION, trainer.model.save(), len(trainer),
-                                   {"train_records": len(trainer)})
+            save_model(db, target_rec.target_hash, trainer)
             self._check_stop()
             chosen, prices = self._choose(db, graphs, spaces, target_rec, trainer)
             cand, fused, kernels = chosen
@@ -313,44 +313,10 @@ class TuneRun:
             return _Existing(address, key)
         return _Local(o.key or LOCAL_KEY)
 
-    def _warm_model(self, db, target_rec) -> XGBCostModel | None:
-        saved = db.latest_cost_model(target_rec.target_hash, FEATURE_VERSION)
-        if saved is None:
-            return None
-        self.progress.note("cost model: warm start from the database")
-        return XGBCostModel.load(saved[0])
-
-    def _tune_workload(self, db, kernel, space, target_rec, session_id, trainer, builder, runner):
+    def _tune_workload(self, db, kernel, space, target_rec, trainer, measurer):
         wh = kernel.workload.workload_hash
         measured = db.measured_candidates(wh, target_rec.target_hash)
         history = db.training_rows(target_rec.target_hash, [wh])
-        reference = []
-
-        def measure(k: Kernel, batch) -> list[MeasureRecord]:
-            self._check_stop()
-            if not reference:
-                reference.append(kernel_reference(k))
-            db.add_candidates([c.record for c in batch])
-            builds = builder.build([c.mod for c in batch])
-            built = [(c, b) for c, b in zip(batch, builds) if b.error is None]
-            runs = iter(runner.run([b for _, b in built], reference[0]))
-            self._check_stop()  # a signal mid-batch may have killed its processes: record nothing of it
-            records = []
-            for c, b in zip(batch, builds):
-                common = dict(candidate_hash=c.record.candidate_hash, workload_hash=wh,
-                              target_hash=target_rec.target_hash, worker=runner.worker_name, session_id=session_id)
-                if b.error is not None:
-                    records.append(MeasureRecord(status=classify_build_error(b.error), error=first_line(b.error),
-                                                 build_time_s=b.build_time_s, **common))
-                else:
-                    r = next(runs)
-                    records.append(MeasureRecord(status=r.status, times_s=r.times_s, error=r.error,
-                                                 build_time_s=b.build_time_s, **common))
-            db.add_measure_results(records)
-            for b in builds:
-                if b.artifact_path:
-                    shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
-            return records
 
         def on_batch(k: Kernel, results) -> None:
             best = db.best(wh, target_rec.target_hash)
@@ -358,30 +324,20 @@ class TuneRun:
             self.progress.batch(k.name, len(db.measured_candidates(wh, target_rec.target_hash)), self.opts.trials,
                                 gflops, best[1] if best else None, len(results))
 
-        outcome = tune_kernel(kernel, space, measured, history, trainer, measure, self.search_config, on_batch)
+        outcome = tune_kernel(kernel, space, measured, history, trainer, measurer.measure, self.search_config,
+                              on_batch)
         if self.opts.trials and db.best(wh, target_rec.target_hash) is None:
             failures = Counter((m.status, m.error) for m in measured.values())
             (status, error), _ = failures.most_common(1)[0]
             raise TuneError(f"every candidate of workload {kernel.name} ({wh}) failed: {status}: {error}")
         return outcome
 
-    def _latency(self, db, kernel, spaces, target_rec, trainer) -> tuple[float, bool]:
-        """Best measured latency of a kernel (seconds), else the model's prediction for its default."""
-        best = db.best(kernel.workload.workload_hash, target_rec.target_hash)
-        if best is not None:
-            return best[1], False
-        if not trainer.model.fitted:
-            raise TuneError(f"kernel {kernel.name} has no measurement and there is no trained cost model to price it")
-        space = spaces[kernel.workload.workload_hash]
-        cands = [space.default()] + space.sample(16)
-        X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
-        return float(trainer.predict(X).min()), True
-
     def _choose(self, db, graphs, spaces, target_rec, trainer):
-        """The candidate program with the least summed kernel latency (measured, else predicted)."""
-        prices = {}
-        for cand, _, kernels in graphs:
-            prices[cand.term_hash] = sum(k.calls * self._latency(db, k, spaces, target_rec, trainer)[0] for k in kernels)
+        """The candidate program with the least price (see ``tuner.choose``)."""
+        try:
+            prices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
+        except PricingError as exc:
+            raise TuneError(str(exc)) from None
         chosen = min(graphs, key=lambda g: prices[g[0].term_hash])
         self.progress.note(
             "programs priced (sum of kernel latencies): "
