@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-STAGES = ("prefill", "decode")
+STAGES = ("prefill", "prefill-kv", "decode")
 
 
 class ModelImportError(Exception):
@@ -144,7 +144,7 @@ def known_models() -> list[str]:
     Returns
     -------
     list of str
-        Sorted names, e.g. ``["qwen3-0.6b", "qwen3-1.7b", "qwen3-tiny"]``.
+        Sorted names, e.g. ``["llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", ...]``.
     """
     return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
 
@@ -164,19 +164,22 @@ def load_model(
     name_or_path : str
         A built-in name (see :func:`known_models`; case and a ``"Qwen/"`` prefix are
         ignored), a path to a transformers ``config.json`` of a supported architecture,
-        or a path to an ``.onnx`` file.
-    stage : {"prefill", "decode"}
+        or a path to an ``.onnx`` file.  Architectures: see :data:`extract.decoder.ARCHITECTURES`.
+    stage : {"prefill", "prefill-kv", "decode"}
         ``prefill``: input hidden states float32 ``[1, seq_len, hidden]``; outputs the
         hidden states and, per layer, the new K and V ``[1, kv_heads, seq_len, head_dim]``.
-        ``decode``: inputs hidden states ``[1, 1, hidden]`` and, per layer, past K and V
-        ``[1, kv_heads, kv_len, head_dim]``; the new token is at position ``kv_len``;
-        outputs the hidden states and per layer K and V ``[1, kv_heads, kv_len + 1, head_dim]``.
+        ``prefill-kv``: a prompt chunk of ``seq_len`` tokens attending (causally) over a
+        KV cache of ``kv_len`` tokens: inputs hidden states ``[1, seq_len, hidden]`` and,
+        per layer, past K and V ``[1, kv_heads, kv_len, head_dim]``; the chunk sits at
+        positions ``kv_len .. kv_len + seq_len - 1``; outputs the hidden states and per
+        layer K and V ``[1, kv_heads, kv_len + seq_len, head_dim]``.
+        ``decode``: ``prefill-kv`` with one token (``seq_len`` is ignored).
         Ignored for ONNX files.
     seq_len : int
-        Prompt length in tokens for ``prefill``; for ONNX, the size given to every
-        dynamic input dimension.
+        Prompt (chunk) length in tokens for ``prefill`` and ``prefill-kv``; for ONNX, the
+        size given to every dynamic input dimension.
     kv_len : int
-        Tokens already in the KV cache for ``decode``.
+        Tokens already in the KV cache for ``prefill-kv`` and ``decode``.
     layers : int
         Number of decoder layers to stack (at most the config's ``num_hidden_layers``).
     seed : int
@@ -218,9 +221,9 @@ def load_model(
                 " (or give a path to an .onnx file or a config .json)"
             )
         label = key
-    from . import qwen3
+    from . import decoder
 
-    return qwen3.load_qwen3(
+    return decoder.load_decoder(
         path,
         label,
         stage=stage,

@@ -30,7 +30,20 @@ increasing order, so each set of weights is merged once.
 
 from __future__ import annotations
 
-from egglog import Ruleset, String, Vec, eq, i64, rewrite, rule, ruleset, set_, union, var, vars_
+from egglog import (
+    Ruleset,
+    String,
+    Vec,
+    eq,
+    i64,
+    rewrite,
+    rule,
+    ruleset,
+    set_,
+    union,
+    var,
+    vars_,
+)
 
 from .lang import (
     Tensor,

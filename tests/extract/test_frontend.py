@@ -1,4 +1,4 @@
-"""Model import to Relax: Qwen3 layers (tiny config) and ONNX files."""
+"""Model import to Relax: decoder layers (tiny configs) and ONNX files."""
 
 from __future__ import annotations
 
@@ -48,7 +48,15 @@ def decode() -> ImportedModel:
 
 
 def test_known_models():
-    assert {"qwen3-0.6b", "qwen3-1.7b", "qwen3-tiny"} <= set(known_models())
+    assert {
+        "llama-3.2-1b",
+        "llama-tiny",
+        "qwen2.5-0.5b",
+        "qwen2.5-tiny",
+        "qwen3-0.6b",
+        "qwen3-1.7b",
+        "qwen3-tiny",
+    } <= set(known_models())
 
 
 def _check_signature(model: ImportedModel) -> None:
@@ -112,6 +120,46 @@ def test_decode_matches_torch(decode):
             got[:, :, :KV_LEN], past
         )  # the cache is extended, not rewritten
     for got, want in zip(out, ref):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_prefill_kv_continues_a_prefill():
+    """A chunk over the cache of a prefill's first tokens = the prefill's last rows."""
+    past, chunk = 6, 4
+    whole = load_model("qwen3-tiny", "prefill", seq_len=past + chunk, layers=1, seed=3)
+    hidden, key, value = whole.reference_outputs()
+    model = load_model("qwen3-tiny", "prefill-kv", seq_len=chunk, kv_len=past, layers=1, seed=3)
+    _check_signature(model)
+    assert model.input_names == ("hidden_states", "past_key_0", "past_value_0")
+    assert model.source == f"qwen3-tiny prefill-kv seq_len={chunk} kv_len={past} layers=1"
+    assert all(np.array_equal(a, b) for a, b in zip(model.params, whole.params, strict=True))
+    inputs = (whole.inputs[0][:, past:], key[:, :, :past], value[:, :, :past])
+    vm = _build(model)
+    out = _run(vm, model, inputs)
+    np.testing.assert_allclose(out[0], hidden[:, past:], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out[1], key, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out[2], value, rtol=1e-4, atol=1e-4)
+    own = _run(vm, model)  # its own random cache, against PyTorch
+    for got, want in zip(own, model.reference_outputs(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("name", "stage", "n_params"),
+    [
+        ("llama-tiny", "prefill-kv", 9),  # 7 projections + 2 RMSNorm scales
+        ("qwen2.5-tiny", "decode", 12),  # and Q/K/V biases
+    ],
+)
+def test_other_architectures_match_torch(name, stage, n_params):
+    model = load_model(name, stage, seq_len=3, kv_len=5, layers=1, seed=4)
+    _check_signature(model)
+    assert len(model.params) == n_params
+    out = _run(_build(model), model)
+    new = 1 if stage == "decode" else 3
+    assert out[0].shape == (1, new, TINY["hidden"])
+    assert out[1].shape == (1, TINY["kv_heads"], 5 + new, TINY["head_dim"])
+    for got, want in zip(out, model.reference_outputs(), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -179,7 +227,7 @@ def _onnx_with(tmp_path, op_type: str, inputs: list[str]):
     [
         (
             {"name_or_path": "llama-7b"},
-            "unknown model 'llama-7b'; known models: qwen3-0.6b, qwen3-1.7b, qwen3-tiny",
+            "unknown model 'llama-7b'; known models: llama-3.2-1b, llama-tiny, qwen2.5-0.5b,",
         ),
         ({"name_or_path": "qwen3-tiny", "stage": "train"}, "unknown stage 'train'"),
         ({"name_or_path": "qwen3-tiny", "seq_len": 0}, "seq_len must be a positive integer, got 0"),
@@ -233,8 +281,9 @@ def test_config_json_path(tmp_path):
     model = load_model(str(path), seq_len=4)
     assert model.source == "config prefill seq_len=4 layers=1"
     assert model.model_hash == load_model("qwen3-tiny", seq_len=4).model_hash
-    path.write_text(json.dumps({**config, "model_type": "llama"}))
+    path.write_text(json.dumps({**config, "model_type": "gpt2"}))
     with pytest.raises(
-        ModelImportError, match="^unsupported architecture 'llama' in .*config.json"
+        ModelImportError,
+        match="^unsupported architecture 'gpt2' in .*config.json; supported: qwen3, qwen2, llama$",
     ):
         load_model(str(path))

@@ -9,12 +9,11 @@ from typing import Annotated
 import typer
 
 
-
 def run_command(
-    model: Annotated[str, typer.Argument(help="A known model name (qwen3-0.6b, qwen3-1.7b, qwen3-tiny), a Qwen3 config.json, or an .onnx file.")],
-    stage: Annotated[str, typer.Option(help="prefill (a prompt of --seq-len tokens) or decode (one token over a KV cache of --kv-len).")] = "prefill",
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Prompt length in tokens (prefill).")] = 128,
-    kv_len: Annotated[int, typer.Option("--kv-len", help="KV cache length in tokens (decode).")] = 512,
+    model: Annotated[str, typer.Argument(help="A known model name (qwen3-0.6b, qwen3-1.7b, qwen2.5-0.5b, llama-3.2-1b; tiny variants qwen3-tiny, qwen2.5-tiny, llama-tiny), a Qwen3/Qwen2/Llama config.json, or an .onnx file.")],
+    stage: Annotated[str, typer.Option(help="prefill (a prompt of --seq-len tokens), prefill-kv (a chunk of --seq-len tokens over a KV cache of --kv-len) or decode (one token over a KV cache of --kv-len).")] = "prefill",
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Prompt (chunk) length in tokens (prefill, prefill-kv).")] = 128,
+    kv_len: Annotated[int, typer.Option("--kv-len", help="KV cache length in tokens (prefill-kv, decode).")] = 512,
     layers: Annotated[int, typer.Option(help="Decoder layers to import.")] = 1,
     trials: Annotated[int, typer.Option(help="Measurement budget per workload (kernel), the default schedule included; 0 measures nothing and lets the cost model choose.")] = 64,
     target: Annotated[str | None, typer.Option(help='Target as TVM JSON, e.g. \'{"kind": "llvm", "num-cores": 2}\'. Default: this CPU.')] = None,

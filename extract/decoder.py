@@ -1,10 +1,13 @@
-"""Qwen3 decoder layers from a transformers config, exported to Relax.
+"""Decoder layers of a transformers architecture built from its config, exported to Relax.
 
-The PyTorch side is transformers' own code: ``Qwen3DecoderLayer`` blocks, rotary
-embeddings from ``Qwen3RotaryEmbedding`` computed inside the graph, the causal mask from
-``create_causal_mask`` and the KV-cache update through a transformers ``Cache``.  The
-cache is passed in and out as explicit tensors (``StaticCache``'s in-place update does not
-import into TVM's torch frontend), so the exported function is pure.
+Supported architectures (``model_type`` of the config): ``qwen3``, ``qwen2`` (Qwen2.5:
+Q/K/V projections with bias) and ``llama`` (Llama 3.x, including its ``llama3`` rotary
+scaling).  The PyTorch side is transformers' own code: the architecture's
+``*DecoderLayer`` blocks, rotary embeddings from its ``*RotaryEmbedding`` computed inside
+the graph, the causal mask from ``create_causal_mask`` and the KV-cache update through a
+transformers ``Cache``.  The cache is passed in and out as explicit tensors
+(``StaticCache``'s in-place update does not import into TVM's torch frontend), so the
+exported function is pure.
 """
 
 from __future__ import annotations
@@ -17,10 +20,21 @@ from pathlib import Path
 import numpy as np
 import torch
 import tvm
-from transformers import Qwen3Config
+from transformers import LlamaConfig, PretrainedConfig, Qwen2Config, Qwen3Config
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import create_causal_mask
-from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaRotaryEmbedding,
+)
+from transformers.models.qwen2.modeling_qwen2 import (
+    Qwen2DecoderLayer,
+    Qwen2RotaryEmbedding,
+)
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3DecoderLayer,
+    Qwen3RotaryEmbedding,
+)
 
 from .frontend import (
     ImportedModel,
@@ -31,7 +45,14 @@ from .frontend import (
     stable_hash,
 )
 
-__all__ = ["Qwen3Layers", "load_qwen3", "qwen3_flops"]
+__all__ = ["ARCHITECTURES", "DecoderLayers", "decoder_flops", "load_decoder"]
+
+ARCHITECTURES: dict[str, tuple[type, type, type]] = {
+    "qwen3": (Qwen3Config, Qwen3DecoderLayer, Qwen3RotaryEmbedding),
+    "qwen2": (Qwen2Config, Qwen2DecoderLayer, Qwen2RotaryEmbedding),
+    "llama": (LlamaConfig, LlamaDecoderLayer, LlamaRotaryEmbedding),
+}
+"""``model_type`` -> (config class, decoder layer class, rotary embedding class)."""
 
 # The Relax graph uses explicit matmul + mask + softmax; PyTorch timings use SDPA,
 # transformers' default, so the eager baseline is the one a user would get.
@@ -56,8 +77,8 @@ class _ExplicitKVLayer(DynamicLayer):
         return super().update(key_states, value_states, *args, **kwargs)
 
 
-class Qwen3Layers(torch.nn.Module):
-    """``layers`` Qwen3 decoder layers with in-graph rotary embeddings and causal mask.
+class DecoderLayers(torch.nn.Module):
+    """``layers`` decoder layers with in-graph rotary embeddings and causal mask.
 
     ``forward(hidden_states, **past)`` takes float32 hidden states ``[1, seq, hidden]``
     and optionally ``past_key_{i}``/``past_value_{i}`` ``[1, kv_heads, past, head_dim]``
@@ -66,11 +87,12 @@ class Qwen3Layers(torch.nn.Module):
     ``[1, kv_heads, past + seq, head_dim]``.
     """
 
-    def __init__(self, config: Qwen3Config, layers: int):
+    def __init__(self, config: PretrainedConfig, layers: int):
         super().__init__()
+        _, layer_cls, rotary_cls = ARCHITECTURES[config.model_type]
         self.config = config
-        self.layers = torch.nn.ModuleList(Qwen3DecoderLayer(config, i) for i in range(layers))
-        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self.layers = torch.nn.ModuleList(layer_cls(config, i) for i in range(layers))
+        self.rotary_emb = rotary_cls(config)
 
     def forward(
         self, hidden_states: torch.Tensor, **past: torch.Tensor
@@ -105,12 +127,18 @@ class Qwen3Layers(torch.nn.Module):
         return tuple(outputs)
 
 
-def qwen3_flops(config: Qwen3Config, layers: int, new_tokens: int, attended: int) -> int:
+def head_dim(config: PretrainedConfig) -> int:
+    """Per-head size: the config's ``head_dim``, else ``hidden_size // num_attention_heads``."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def decoder_flops(config: PretrainedConfig, layers: int, new_tokens: int, attended: int) -> int:
     """Matrix-product FLOPs of ``layers`` decoder layers (a multiply-add counts as 2).
 
     Parameters
     ----------
-    config : Qwen3Config
+    config : transformers.PretrainedConfig
+        A config of one of :data:`ARCHITECTURES`.
     layers : int
     new_tokens : int
         Tokens processed in this call (``seq_len`` for prefill, 1 for decode).
@@ -121,12 +149,17 @@ def qwen3_flops(config: Qwen3Config, layers: int, new_tokens: int, attended: int
     -------
     int
     """
-    hidden, inter, hd = config.hidden_size, config.intermediate_size, config.head_dim
+    hidden, inter, hd = config.hidden_size, config.intermediate_size, head_dim(config)
     q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
     projections = 2 * new_tokens * hidden * (q + 2 * kv) + 2 * new_tokens * q * hidden
     mlp = 2 * new_tokens * hidden * inter * 3
     attention = 2 * 2 * new_tokens * attended * q
     return layers * (projections + mlp + attention)
+
+
+# The first part of every model hash (kept from the first, Qwen3-only version of this
+# module, so hashes of models recorded then stay the same).
+_HASH_TAG = "qwen3"
 
 
 def _read_config(path: Path) -> dict:
@@ -137,56 +170,70 @@ def _read_config(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ModelImportError(f"malformed config file {path}: not a JSON object")
     model_type = data.get("model_type", "qwen3")
-    if model_type != "qwen3":
+    if model_type not in ARCHITECTURES:
         raise ModelImportError(
-            f"unsupported architecture {model_type!r} in {path}; supported: qwen3"
+            f"unsupported architecture {model_type!r} in {path}; "
+            f"supported: {', '.join(ARCHITECTURES)}"
         )
     return data
 
 
-def load_qwen3(
+def stage_tokens(stage: str, seq_len: int, kv_len: int) -> tuple[int, int]:
+    """Tokens a stage processes and tokens already in the KV cache, for one call.
+
+    ``prefill``: ``(seq_len, 0)``; ``prefill-kv``: ``(seq_len, kv_len)``; ``decode``:
+    ``(1, kv_len)``.  Each query attends over ``past + new`` keys.
+    """
+    return {"prefill": (seq_len, 0), "prefill-kv": (seq_len, kv_len), "decode": (1, kv_len)}[
+        stage
+    ]
+
+
+def load_decoder(
     path: Path, label: str, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
 ) -> ImportedModel:
-    """Build, export and import Qwen3 decoder layers; see :func:`extract.frontend.load_model`."""
+    """Build, export and import decoder layers; see :func:`extract.frontend.load_model`."""
     data = _read_config(path)
+    config_cls = ARCHITECTURES[data.get("model_type", "qwen3")][0]
     try:
-        config = Qwen3Config(**data)
+        config = config_cls(**data)
     except (TypeError, ValueError) as exc:
-        raise ModelImportError(f"bad Qwen3 config {path}: {first_line(exc)}") from exc
+        raise ModelImportError(
+            f"bad {config_cls.model_type} config {path}: {first_line(exc)}"
+        ) from exc
     config._attn_implementation = EXPORT_ATTENTION
     if layers > config.num_hidden_layers:
         raise ModelImportError(
             f"layers={layers} exceeds the model's num_hidden_layers={config.num_hidden_layers}"
         )
-    last_position = seq_len if stage == "prefill" else kv_len + 1
-    if last_position > config.max_position_embeddings:
+    new_tokens, past = stage_tokens(stage, seq_len, kv_len)
+    if past + new_tokens > config.max_position_embeddings:
         raise ModelImportError(
-            f"{last_position} positions exceed "
+            f"{past + new_tokens} positions exceed "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
 
     generator = torch.Generator().manual_seed(seed)
-    module = Qwen3Layers(config, layers).float().eval()
+    module = DecoderLayers(config, layers).float().eval()
     with torch.no_grad():
-        for param in module.parameters():
+        for name, param in module.named_parameters():
             if param.ndim >= 2:
                 param.normal_(0.0, config.initializer_range, generator=generator)
-            else:  # RMSNorm scales: near one, but not all equal
-                param.normal_(1.0, 0.1, generator=generator)
+            else:  # RMSNorm scales near one, biases near zero, but not all equal
+                param.normal_(1.0 if "norm" in name else 0.0, 0.1, generator=generator)
 
     rng = np.random.default_rng(seed)
-    kv_shape = (1, config.num_key_value_heads, kv_len, config.head_dim)
-    if stage == "prefill":
-        arrays = {
-            "hidden_states": rng.standard_normal((1, seq_len, config.hidden_size), np.float32)
-        }
-        shape_text, shapes = f"seq_len={seq_len}", {"seq_len": seq_len}
-    else:
-        arrays = {"hidden_states": rng.standard_normal((1, 1, config.hidden_size), np.float32)}
-        for i in range(layers):
-            arrays[f"past_key_{i}"] = rng.standard_normal(kv_shape, np.float32)
-            arrays[f"past_value_{i}"] = rng.standard_normal(kv_shape, np.float32)
-        shape_text, shapes = f"kv_len={kv_len}", {"kv_len": kv_len}
+    arrays = {
+        "hidden_states": rng.standard_normal((1, new_tokens, config.hidden_size), np.float32)
+    }
+    kv_shape = (1, config.num_key_value_heads, past, head_dim(config))
+    for i in range(layers if past else 0):
+        arrays[f"past_key_{i}"] = rng.standard_normal(kv_shape, np.float32)
+        arrays[f"past_value_{i}"] = rng.standard_normal(kv_shape, np.float32)
+    shapes = {"prefill": {"seq_len": seq_len}, "decode": {"kv_len": kv_len}}.get(
+        stage, {"seq_len": seq_len, "kv_len": kv_len}
+    )
+    shape_text = " ".join(f"{k}={v}" for k, v in shapes.items())
     tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
     hidden = tensors.pop("hidden_states")
 
@@ -201,8 +248,6 @@ def load_qwen3(
     output_names = ("hidden_states",) + tuple(
         f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")
     )
-    new_tokens = seq_len if stage == "prefill" else 1
-    attended = seq_len if stage == "prefill" else kv_len + 1
 
     def call() -> tuple[torch.Tensor, ...]:
         return module(hidden, **tensors)
@@ -225,8 +270,8 @@ def load_qwen3(
         inputs=tuple(readonly(a) for a in arrays.values()),
         params=params,
         source=f"{label} {stage} {shape_text} layers={layers}",
-        model_hash=stable_hash("qwen3", data, stage, shapes, layers),
-        flops=qwen3_flops(config, layers, new_tokens, attended),
+        model_hash=stable_hash(_HASH_TAG, data, stage, shapes, layers),
+        flops=decoder_flops(config, layers, new_tokens, past + new_tokens),
         param_names=param_names,
         output_names=output_names,
         _torch_call=timed_call,
