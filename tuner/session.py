@@ -274,6 +274,8 @@ class TuneRun:
                 for h, kernel in sorted(workloads.items(), key=lambda kv: -kv[1].workload.flops):
                     outcome = self._tune_workload(db, kernel, spaces[h], target_rec, trainer, measurer)
                     new_trials[h] = outcome.measured_now
+                    self.progress.kernel_done(kernel.name, outcome.stop_reason, spaces[h].space_error,
+                                              o.trials - outcome.measured_now)
             finally:
                 builder.close()
                 runner.close()
