@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from sqlalchemy import Select, func, select
 from sqlalchemy.engine import Connection
 
-from .models import Candidate, MeasureResult, Target, Workload
-from .records import CandidateRecord, MeasureRecord, TrainingRow
+from .models import Candidate, CostModelVersion, MeasureResult, Target, Workload
+from .records import CandidateRecord, MeasureRecord, TargetRecord, TrainingRow
 
 _IN_CHUNK = 500  # bound parameters per IN list, well under every backend's limit
 
@@ -145,3 +145,70 @@ def training_rows(
         .order_by(Workload.workload_hash, Candidate.candidate_hash)
     )
     return [TrainingRow(*row) for row in rows]
+
+
+# -- cost model versions and replay (queries of the cost model's tools) --------
+
+
+def targets(conn: Connection) -> list[TargetRecord]:
+    """Every target (target JSON and device key), oldest first."""
+    rows = conn.execute(select(Target.target_json, Target.key).order_by(Target.id))
+    return [TargetRecord(target_json=r.target_json, key=r.key) for r in rows]
+
+
+def cost_model_versions(conn: Connection, target_hash: str | None = None) -> list[dict]:
+    """Stored cost model versions (without their boosters), newest first, for one target or all."""
+    query = (
+        select(CostModelVersion.id, Target.target_hash, CostModelVersion.feature_version,
+               CostModelVersion.record_count, CostModelVersion.metrics, CostModelVersion.created_at)
+        .join(Target, Target.id == CostModelVersion.target_id)
+        .order_by(CostModelVersion.id.desc())
+    )
+    if target_hash is not None:
+        query = query.where(Target.target_hash == target_hash)
+    return [
+        {"id": r.id, "target_hash": r.target_hash, "feature_version": r.feature_version,
+         "record_count": r.record_count, "metrics": json.loads(r.metrics),
+         "created_at": r.created_at.isoformat() if r.created_at else None}
+        for r in conn.execute(query)
+    ]
+
+
+def cost_model_booster(conn: Connection, version_id: int) -> tuple[bytes, str, str] | None:
+    """Booster bytes, target hash and feature version of one stored version, or None."""
+    row = conn.execute(
+        select(CostModelVersion.booster, Target.target_hash, CostModelVersion.feature_version)
+        .join(Target, Target.id == CostModelVersion.target_id)
+        .where(CostModelVersion.id == version_id)
+    ).first()
+    return None if row is None else (bytes(row.booster), row.target_hash, row.feature_version)
+
+
+def ok_span(conn: Connection, target_hash: str) -> tuple[str, str] | None:
+    """ISO times of the first and last ``ok`` measurement on a target, or None."""
+    target = target_id(conn, target_hash)
+    if target is None:
+        return None
+    row = conn.execute(
+        select(func.min(MeasureResult.created_at), func.max(MeasureResult.created_at))
+        .where(MeasureResult.target_id == target, MeasureResult.status == "ok")
+    ).first()
+    if row is None or row[0] is None:
+        return None
+    return row[0].isoformat(), row[1].isoformat()
+
+
+def measure_log(conn: Connection, target_hash: str) -> list[tuple[str, str, str, float | None, int]]:
+    """Every measurement on a target in the order taken: (workload hash, candidate hash, status, median s, id)."""
+    target = target_id(conn, target_hash)
+    if target is None:
+        return []
+    rows = conn.execute(
+        select(Workload.workload_hash, Candidate.candidate_hash, MeasureResult.status,
+               MeasureResult.median_s, MeasureResult.id)
+        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
+        .join(Workload, Workload.id == Candidate.workload_id)
+        .where(MeasureResult.target_id == target)
+        .order_by(MeasureResult.id)
+    )
+    return [tuple(r) for r in rows]

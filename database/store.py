@@ -432,3 +432,32 @@ class Database:
                 table.name: conn.scalar(select(func.count()).select_from(table))
                 for table in Base.metadata.sorted_tables
             }
+
+    # -- cost model versions and replay (queries of the cost model's tools) --
+
+    def targets(self) -> list[TargetRecord]:
+        """Every target (target JSON and device key) in the database, oldest first."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.targets(conn)
+
+    def cost_model_versions(self, target_hash: str | None = None) -> list[dict]:
+        """Stored cost model versions, newest first: id, target_hash, feature_version,
+        record_count, metrics (dict), created_at (ISO); for one target or all."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.cost_model_versions(conn, target_hash)
+
+    def cost_model_booster(self, version_id: int) -> tuple[bytes, str, str] | None:
+        """Booster bytes, target hash and feature version of a stored version, or None."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.cost_model_booster(conn, version_id)
+
+    def ok_span(self, target_hash: str) -> tuple[str, str] | None:
+        """ISO times of the first and last successful measurement on a target, or None."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.ok_span(conn, target_hash)
+
+    def measure_log(self, target_hash: str) -> list[tuple[str, str, str, float | None, int]]:
+        """Every measurement on a target in the order taken:
+        (workload hash, candidate hash, status, median seconds or None, row id)."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.measure_log(conn, target_hash)

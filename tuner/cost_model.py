@@ -1,12 +1,26 @@
-"""The XGBoost cost model: predicts a candidate's latency from its program features.
+"""The XGBoost cost model: ranks a workload's schedule candidates and prices kernels.
 
 Features (version ``FEATURE_VERSION``) are TVM's per-store features of the
 scheduled PrimFunc (MetaSchedule's ``PerStoreFeature``, 164 values per store,
 the family TenSet uses), aggregated over stores by sum, mean and max, followed
 by workload features: log2 of FLOPs, of bytes moved, of arithmetic intensity
-(FLOPs per byte) and of the store count. The label is ``-log(median latency in
-seconds)``: higher is faster; within a workload it ranks candidates, across
-workloads it prices kernels the run has not measured.
+(FLOPs per byte) and of the store count. NaN or infinite feature values become 0.
+
+Two boosters are trained on the same rows:
+
+- the *score* booster ranks candidates within a workload (higher is faster).
+  Its objective is one of ``OBJECTIVES``; the default, ``rank:pairwise`` grouped
+  by workload, won the grouped evaluation (see ``tuner.evaluate``) against
+  regression on per-workload normalised throughput, ``rank:ndcg`` and
+  regression on ``-log(latency)``;
+- the *latency* booster regresses ``-log(median latency in seconds)`` and prices
+  kernels the run has not measured (a sum over kernels needs seconds, which a
+  ranking score does not give).
+
+Only successful measurements with a finite positive latency train the model:
+failed, timed-out and wrong-result rows never reach it (``Database.training_rows``
+leaves them out) and a zero or non-finite time is dropped, so it never becomes
+an infinite throughput.
 """
 
 from __future__ import annotations
@@ -22,21 +36,64 @@ from database import WorkloadRecord
 
 FEATURE_VERSION = "per-store-164/sum-mean-max/workload-4/v1"
 N_STORE_FEATURES = 164
+OBJECTIVES = ("rank:pairwise", "rank:ndcg", "reg:normalized", "reg:latency")
+DEFAULT_OBJECTIVE = "rank:pairwise"
+NDCG_LEVELS = 31  # rank:ndcg's exponential gain needs integer relevance below 32
+
+
+class CostModelError(ValueError):
+    """A stored cost model that cannot be read (corrupt, or from another feature version)."""
 
 
 def featurize(per_store: np.ndarray, workload: WorkloadRecord) -> np.ndarray:
     """One feature vector from a candidate's per-store features [n_stores, 164] and its workload.
 
-    Returns a float32 vector of length ``3 * 164 + 4``.
+    Returns a finite float32 vector of length ``3 * 164 + 4``.
     """
+    per_store = np.asarray(per_store, np.float64)
     if per_store.size == 0:
-        per_store = np.zeros((1, N_STORE_FEATURES), np.float32)
-    flops = max(workload.flops, 1.0)
-    nbytes = max(workload.bytes_moved, 1.0)
+        per_store = np.zeros((1, N_STORE_FEATURES))
+    per_store = np.where(np.isfinite(per_store), per_store, 0.0)
+    flops = max(float(workload.flops), 1.0)
+    nbytes = max(float(workload.bytes_moved), 1.0)
     extra = np.log2([flops, nbytes, flops / nbytes, float(per_store.shape[0])])
-    return np.concatenate(
-        [per_store.sum(axis=0), per_store.mean(axis=0), per_store.max(axis=0), extra]
-    ).astype(np.float32)
+    vec = np.concatenate([per_store.sum(axis=0), per_store.mean(axis=0), per_store.max(axis=0), extra])
+    return clean_features(vec).astype(np.float32)
+
+
+def clean_features(X: np.ndarray) -> np.ndarray:
+    """``X`` with NaN and infinite values replaced by 0 and magnitudes clipped to float32 range."""
+    X = np.asarray(X, np.float64)
+    return np.clip(np.where(np.isfinite(X), X, 0.0), -3e38, 3e38)
+
+
+def valid_rows(latency_s: np.ndarray) -> np.ndarray:
+    """Mask of latencies (seconds) usable for training: finite and above zero."""
+    latency_s = np.asarray(latency_s, np.float64)
+    return np.isfinite(latency_s) & (latency_s > 0)
+
+
+def labels(objective: str, latency_s: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Training labels of the score booster (higher is faster) for latencies in seconds.
+
+    ``reg:latency`` and ``rank:pairwise``: ``-log(latency)`` (pairwise only compares
+    within a group). ``reg:normalized``: per-group normalised throughput, best
+    latency of the group divided by the latency, in (0, 1]. ``rank:ndcg``: that
+    throughput quantised to integers 0..30.
+    """
+    if objective in ("reg:latency", "rank:pairwise"):
+        return -np.log(latency_s)
+    best = {g: latency_s[groups == g].min() for g in np.unique(groups)}
+    norm = np.array([best[g] for g in groups]) / latency_s
+    if objective == "reg:normalized":
+        return norm
+    if objective == "rank:ndcg":
+        return np.round(norm * (NDCG_LEVELS - 1))
+    raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+
+
+def _xgb_objective(objective: str) -> str:
+    return {"reg:normalized": "reg:squarederror", "reg:latency": "reg:squarederror"}.get(objective, objective)
 
 
 class XGBCostModel:
@@ -44,66 +101,124 @@ class XGBCostModel:
 
     Parameters
     ----------
+    objective : str
+        One of ``OBJECTIVES``: how the score booster learns to rank.
     n_estimators, max_depth, learning_rate : XGBoost parameters.
     seed : int
-        Random seed of the booster.
+        Random seed of the boosters.
     """
 
-    def __init__(self, n_estimators: int = 200, max_depth: int = 6, learning_rate: float = 0.1, seed: int = 0):
+    def __init__(self, objective: str = DEFAULT_OBJECTIVE, n_estimators: int = 200, max_depth: int = 6,
+                 learning_rate: float = 0.1, seed: int = 0):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        self.objective = objective
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
         self.seed = seed
 
-    def fit(self, X: np.ndarray, latency_s: np.ndarray) -> XGBCostModel:
-        """Fit on features ``X`` [n, d] and measured median latencies in seconds [n]."""
-        self.booster_ = xgb.train(
-            {
-                "objective": "reg:squarederror",
-                "max_depth": self.max_depth,
-                "eta": self.learning_rate,
-                "seed": self.seed,
-                "nthread": 1,
-                "verbosity": 0,
-            },
-            xgb.DMatrix(X, label=-np.log(latency_s)),
-            num_boost_round=self.n_estimators,
-        )
-        self.n_records_ = int(len(latency_s))
+    def _params(self, objective: str) -> dict:
+        return {"objective": objective, "max_depth": self.max_depth, "eta": self.learning_rate,
+                "seed": self.seed, "nthread": 1, "verbosity": 0}
+
+    def fit(self, X: np.ndarray, latency_s: np.ndarray, groups: np.ndarray | None = None,
+            base: XGBCostModel | None = None, rounds: int | None = None) -> XGBCostModel:
+        """Fit on features ``X`` [n, d], median latencies in seconds [n] and workload ids [n].
+
+        Rows with a zero, negative or non-finite latency are dropped. ``base``, a
+        fitted model with the same objective, is continued with ``rounds`` more
+        trees (default ``n_estimators``) instead of starting from nothing: this is
+        how a warm-started run keeps what earlier compiles learned.
+
+        Raises
+        ------
+        ValueError
+            No usable row.
+        """
+        latency_s = np.asarray(latency_s, np.float64)
+        groups = np.zeros(len(latency_s), np.int64) if groups is None else np.asarray(groups)
+        keep = valid_rows(latency_s)
+        if not keep.any():
+            raise ValueError("no measurement with a finite positive latency to train on")
+        X, latency_s, groups = clean_features(X)[keep], latency_s[keep], groups[keep]
+        _, qid = np.unique(groups, return_inverse=True)
+        order = np.argsort(qid, kind="stable")  # XGBoost's ranking wants rows grouped by query
+        X, latency_s, groups, qid = X[order], latency_s[order], groups[order], qid[order]
+        rounds = self.n_estimators if rounds is None else rounds
+        if base is not None and base.objective != self.objective:
+            base = None
+        score = xgb.DMatrix(X, label=labels(self.objective, latency_s, groups), qid=qid)
+        self.score_booster_ = xgb.train(self._params(_xgb_objective(self.objective)), score, rounds,
+                                        xgb_model=base.score_booster_ if base else None)
+        if self.objective == "reg:latency":
+            self.latency_booster_ = self.score_booster_
+        else:
+            lat = xgb.DMatrix(X, label=-np.log(latency_s))
+            self.latency_booster_ = xgb.train(self._params("reg:squarederror"), lat, rounds,
+                                              xgb_model=base.latency_booster_ if base else None)
+        self.n_records_ = int(len(latency_s)) + (base.n_records_ if base else 0)
         return self
 
     @property
     def fitted(self) -> bool:
         """True once ``fit`` or ``load`` has run."""
-        return hasattr(self, "booster_")
+        return hasattr(self, "score_booster_")
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """Ranking score of each row of ``X`` [n, d]: higher is faster, comparable within a workload."""
+        return self.score_booster_.predict(xgb.DMatrix(clean_features(X)))
 
     def predict_latency(self, X: np.ndarray) -> np.ndarray:
-        """Predicted latency in seconds for each row of ``X``."""
-        return np.exp(-self.booster_.predict(xgb.DMatrix(X)))
+        """Predicted latency in seconds for each row of ``X`` [n, d]."""
+        return np.exp(-self.latency_booster_.predict(xgb.DMatrix(clean_features(X))))
 
     def save(self) -> bytes:
-        """The booster in XGBoost's JSON format, with this model's parameters."""
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.json"
-            self.booster_.save_model(path)
-            return json.dumps({"params": self.get_params(), "booster": path.read_text()}).encode()
+        """Both boosters in XGBoost's JSON format, with this model's parameters, as UTF-8 JSON."""
+        boosters = {"score": _booster_json(self.score_booster_), "latency": _booster_json(self.latency_booster_)}
+        data = {"params": self.get_params(), "feature_version": FEATURE_VERSION,
+                "n_records": self.n_records_, "boosters": boosters}
+        return json.dumps(data).encode()
 
     @classmethod
     def load(cls, blob: bytes) -> XGBCostModel:
-        """A model saved by ``save``."""
-        data = json.loads(blob.decode())
-        model = cls(**data["params"])
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.json"
-            path.write_text(data["booster"])
-            model.booster_ = xgb.Booster(model_file=str(path))
+        """A model saved by ``save``.
+
+        Raises
+        ------
+        CostModelError
+            The bytes are not a readable model of this feature version.
+        """
+        try:
+            data = json.loads(bytes(blob).decode())
+            if data.get("feature_version", FEATURE_VERSION) != FEATURE_VERSION:
+                raise CostModelError(f"stored model has feature version {data['feature_version']!r}, "
+                                     f"this code computes {FEATURE_VERSION!r}")
+            if "boosters" not in data:  # the first format: one -log(latency) regression booster
+                data = {"params": dict(data["params"], objective="reg:latency"), "n_records": 0,
+                        "boosters": {"score": data["booster"], "latency": data["booster"]}}
+            model = cls(**data["params"])
+            model.score_booster_ = _booster_from_json(data["boosters"]["score"])
+            model.latency_booster_ = _booster_from_json(data["boosters"]["latency"])
+            model.n_records_ = int(data.get("n_records", 0))
+        except CostModelError:
+            raise
+        except Exception as err:  # json, unicode, key and XGBoost errors all mean a corrupt model
+            raise CostModelError(f"stored cost model is corrupt: {str(err).strip().splitlines()[0][:200]}") from None
         return model
 
     def get_params(self) -> dict:
         """The constructor parameters."""
-        return {
-            "n_estimators": self.n_estimators,
-            "max_depth": self.max_depth,
-            "learning_rate": self.learning_rate,
-            "seed": self.seed,
-        }
+        return {"objective": self.objective, "n_estimators": self.n_estimators, "max_depth": self.max_depth,
+                "learning_rate": self.learning_rate, "seed": self.seed}
+
+
+def _booster_json(booster: xgb.Booster) -> str:
+    return bytes(booster.save_raw(raw_format="json")).decode()
+
+
+def _booster_from_json(text: str) -> xgb.Booster:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.json"
+        path.write_text(text)
+        return xgb.Booster(model_file=str(path))

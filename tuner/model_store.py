@@ -1,18 +1,47 @@
-"""The cost model's life in the database: warm start from the newest compatible version, save after a run."""
+"""The cost model's life in the database: warm start from the newest compatible version, save after a run.
+
+A version is compatible when it was trained for the same target (target JSON and
+device key, one ``target_hash``) and with this code's ``FEATURE_VERSION``; no
+other is ever loaded. A stored model that cannot be read is reported on stderr
+and skipped: the run trains a new one.
+"""
 
 from __future__ import annotations
 
-from .cost_model import FEATURE_VERSION, XGBCostModel
+import sys
+
+from .cost_model import FEATURE_VERSION, CostModelError, XGBCostModel
 
 
-def load_warm_model(db, target_hash: str) -> XGBCostModel | None:
-    """The newest stored model for ``target_hash`` and this code's feature version, or None."""
-    saved = db.latest_cost_model(target_hash, FEATURE_VERSION)
-    return None if saved is None else XGBCostModel.load(saved[0])
+def load_warm_model(db, target_hash: str, warn=None) -> XGBCostModel | None:
+    """The newest readable stored model for ``target_hash`` and this feature version, or None.
+
+    ``warn`` receives a one-line message for each corrupt version skipped
+    (default: printed to stderr).
+    """
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    for version in db.cost_model_versions(target_hash):
+        if version["feature_version"] != FEATURE_VERSION:
+            continue
+        blob = db.cost_model_booster(version["id"])[0]
+        try:
+            return XGBCostModel.load(blob)
+        except CostModelError as err:
+            warn(f"cost model version {version['id']} skipped: {err}; a new model is trained")
+    return None
 
 
-def save_model(db, target_hash: str, trainer) -> None:
-    """Store the session's model (if it was ever fitted) with its training record count."""
-    if trainer.model.fitted:
-        db.save_cost_model(target_hash, FEATURE_VERSION, trainer.model.save(), len(trainer),
-                           {"train_records": len(trainer)})
+def save_model(db, target_hash: str, trainer, metrics: dict | None = None) -> int | None:
+    """Store the session's model (if it was ever fitted); returns the version id or None.
+
+    The metrics JSON records the objective, the training record count and the
+    span (ISO times of the first and last successful measurement on the target),
+    plus ``metrics`` when given (evaluation figures).
+    """
+    model = trainer.model
+    if not model.fitted:
+        return None
+    span = db.ok_span(target_hash)
+    info = {"objective": model.objective, "train_records": model.n_records_,
+            "span": list(span) if span else None, **(metrics or {})}
+    return db.save_cost_model(target_hash, FEATURE_VERSION, model.save(), model.n_records_, info)

@@ -17,7 +17,7 @@ import numpy as np
 
 from database import CandidateRecord, MeasureRecord, TrainingRow
 
-from .cost_model import XGBCostModel, featurize
+from .cost_model import XGBCostModel, featurize, valid_rows
 from .kernels import Kernel
 from .space import ScheduleCandidate, ScheduleSpace
 
@@ -58,30 +58,53 @@ class KernelOutcome:
 
 
 class ModelTrainer:
-    """The cost model and its training set (features and latencies), retrained per batch."""
+    """The cost model and its training set (features, latencies, workloads), retrained per batch.
 
-    def __init__(self, model: XGBCostModel | None = None) -> None:
+    Parameters
+    ----------
+    model : XGBCostModel or None
+        A fitted model from an earlier compile (warm start): it ranks until this
+        run has ``min_rows`` measurements, and each retraining then continues it
+        with ``warm_rounds`` more trees instead of forgetting it. An unfitted
+        model gives the objective and parameters of a model trained from nothing.
+    min_rows : int
+        Fewest measurements the model is (re)trained on.
+    warm_rounds : int
+        Trees added to a warm model per retraining.
+    """
+
+    def __init__(self, model: XGBCostModel | None = None, min_rows: int = 4, warm_rounds: int = 50) -> None:
         self.model = model or XGBCostModel()
-        self._rows: dict[str, tuple[np.ndarray, float]] = {}
+        self.base = self.model if self.model.fitted else None
+        self.min_rows, self.warm_rounds = min_rows, warm_rounds
+        self._rows: dict[str, tuple[np.ndarray, float, str]] = {}
 
-    def add(self, candidate_hash: str, features: np.ndarray, latency_s: float) -> None:
-        """Add (or replace) one measured candidate."""
-        self._rows[candidate_hash] = (features, latency_s)
+    def add(self, candidate_hash: str, features: np.ndarray, latency_s: float, workload_hash: str = "") -> None:
+        """Add (or replace) one measured candidate; a zero or non-finite latency is ignored."""
+        if latency_s is not None and valid_rows(np.array([latency_s]))[0]:
+            self._rows[candidate_hash] = (features, float(latency_s), workload_hash)
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def retrain(self) -> None:
-        """Refit on every row so far (no-op with fewer than 4 rows)."""
-        if len(self._rows) < 4:
+        """Refit on every row so far (no-op with fewer than ``min_rows`` rows)."""
+        if len(self._rows) < self.min_rows:
             return
-        X = np.stack([f for f, _ in self._rows.values()])
-        y = np.array([t for _, t in self._rows.values()])
-        self.model.fit(X, y)
+        rows = list(self._rows.values())
+        X = np.stack([f for f, _, _ in rows])
+        y = np.array([t for _, t, _ in rows])
+        groups = np.array([w for _, _, w in rows])
+        model = XGBCostModel(**(self.base or self.model).get_params())
+        self.model = model.fit(X, y, groups, base=self.base, rounds=self.warm_rounds if self.base else None)
 
     def predict(self, X: np.ndarray) -> np.ndarray | None:
         """Predicted latencies in seconds, or None while the model is untrained."""
         return self.model.predict_latency(X) if self.model.fitted else None
+
+    def score(self, X: np.ndarray) -> np.ndarray | None:
+        """Ranking scores (higher is faster within a workload), or None while the model is untrained."""
+        return self.model.score(X) if self.model.fitted else None
 
 
 MeasureFn = Callable[[Kernel, list[ScheduleCandidate]], list[MeasureRecord]]
@@ -103,13 +126,19 @@ def tune_kernel(
     database) to their latest result; it is updated in place. ``history`` holds the
     workload's successful measurements on this target (from the database), which
     the cost model learns before the first batch.
+
+    ``measure`` may return records for only part of a batch (candidates another
+    live session has claimed are skipped); a skipped candidate leaves the pool
+    and is not counted, so the budget counts recorded measurements only and the
+    search ends when the pool runs dry ("space_exhausted").
     """
     before = len(measured)
     rng = np.random.default_rng(config.seed)
     if history:
         replayed = [space.replay(CandidateRecord(row.workload_hash, row.trace_json)) for row in history]
         for cand, per_store, row in zip(replayed, space.features(replayed), history):
-            trainer.add(row.candidate_hash, featurize(per_store, kernel.workload), row.median_s)
+            trainer.add(row.candidate_hash, featurize(per_store, kernel.workload), row.median_s,
+                        kernel.workload.workload_hash)
         trainer.retrain()
     left = config.trials - len(measured)
     if config.trials == 0:
@@ -147,7 +176,7 @@ def _learn(trainer, space, kernel, candidates, measured) -> None:
         return
     for cand, per_store in zip(ok, space.features(ok)):
         trainer.add(cand.record.candidate_hash, featurize(per_store, kernel.workload),
-                    measured[cand.record.candidate_hash].median_s)
+                    measured[cand.record.candidate_hash].median_s, kernel.workload.workload_hash)
 
 
 def _pick(pool, n, trainer, space, kernel, explore, rng) -> list[ScheduleCandidate]:
@@ -158,7 +187,7 @@ def _pick(pool, n, trainer, space, kernel, explore, rng) -> list[ScheduleCandida
     order = list(range(len(pool)))
     if trainer.model.fitted:
         X = np.stack([featurize(f, kernel.workload) for f in space.features(pool)])
-        order = list(np.argsort(trainer.predict(X)))
+        order = list(np.argsort(-trainer.score(X), kind="stable"))
     exploit = order[: n - n_explore]
     rest = [i for i in order if i not in set(exploit)]
     explore_idx = list(rng.choice(rest, size=min(n_explore, len(rest)), replace=False)) if rest else []

@@ -1,0 +1,117 @@
+"""The cost model and its metrics on hand-computable and synthetic cases (no TVM compile)."""
+
+import numpy as np
+import pytest
+
+from database import WorkloadRecord
+from tuner.cost_model import OBJECTIVES, CostModelError, XGBCostModel, featurize, labels
+from tuner.evaluate import pairwise_accuracy, ranking_metrics, spearman, topk_score
+from tuner.search import ModelTrainer
+
+
+def _workload(flops=1e6, nbytes=1e4):
+    return WorkloadRecord("w", "k", "matmul", "", "[]", flops, nbytes)
+
+
+def test_topk_score_by_hand():
+    latency = np.array([1.0, 2.0, 4.0, 8.0])
+    assert topk_score(latency, np.array([4, 3, 2, 1]), 1) == 1.0
+    assert topk_score(latency, np.array([1, 2, 3, 4]), 1) == 1.0 / 8.0
+    assert topk_score(latency, np.array([1, 2, 4, 3]), 2) == 1.0 / 4.0
+    assert topk_score(latency, np.array([1, 2, 3, 4]), 5) == 1.0
+
+
+def test_pairwise_and_spearman_by_hand():
+    latency = np.array([1.0, 2.0, 3.0])
+    assert pairwise_accuracy(latency, np.array([3, 2, 1])) == 1.0
+    assert pairwise_accuracy(latency, np.array([1, 2, 3])) == 0.0
+    assert pairwise_accuracy(latency, np.array([3, 1, 2])) == pytest.approx(2 / 3)
+    assert pairwise_accuracy(latency, np.array([1, 1, 1])) == 0.5  # ties in score count half
+    assert pairwise_accuracy(np.array([2.0, 2.0]), np.array([1, 0])) is None
+    assert spearman(latency, np.array([3, 2, 1])) == pytest.approx(1.0)
+    assert spearman(latency, np.array([1, 1, 1])) is None
+
+
+def test_ranking_metrics_skip_single_candidate_workloads():
+    latency = np.array([1.0, 2.0, 5.0, 1.0])
+    score = np.array([0.0, 1.0, 0.0, 9.0])
+    groups = np.array(["a", "a", "a", "b"])
+    m = ranking_metrics(latency, score, groups)
+    assert m["workloads"] == 1 and m["top1"] == 0.5 and m["top5"] == 1.0
+    assert m["pairwise"] == 0.5  # (1,2) wrong, (1,5) tie: half, (2,5) right
+
+
+def test_labels_never_infinite_and_normalised_per_workload():
+    latency = np.array([1e-3, 2e-3, 1.0, 4.0])
+    groups = np.array(["a", "a", "b", "b"])
+    assert np.allclose(labels("reg:normalized", latency, groups), [1, 0.5, 1, 0.25])
+    assert np.allclose(labels("rank:ndcg", latency, groups), [30, 15, 30, 8])
+
+
+def test_featurize_replaces_nan_and_inf():
+    per_store = np.full((2, 164), np.nan, np.float32)
+    per_store[1, :3] = [np.inf, -np.inf, 5.0]
+    vec = featurize(per_store, _workload(flops=0.0, nbytes=0.0))
+    assert vec.shape == (3 * 164 + 4,) and np.isfinite(vec).all()
+    assert featurize(np.zeros((0, 164)), _workload()).shape == (496,)
+
+
+def _synthetic(n_groups=6, per_group=20, seed=0):
+    rng = np.random.default_rng(seed)
+    X, lat, groups = [], [], []
+    for g in range(n_groups):
+        for _ in range(per_group):
+            per_store = rng.random((2, 164)).astype(np.float32)
+            w = _workload(flops=10 ** (5 + g))
+            X.append(featurize(per_store, w))
+            lat.append((g + 1) * 1e-4 * np.exp(2 * per_store[0, 0] - per_store[1, 1]))
+            groups.append(f"w{g}")
+    return np.stack(X), np.array(lat), np.array(groups)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_every_objective_ranks_a_learnable_signal(objective):
+    X, lat, groups = _synthetic()
+    model = XGBCostModel(objective=objective, n_estimators=40).fit(X, lat, groups)
+    m = ranking_metrics(lat, model.score(X), groups)
+    assert m["top1"] > 0.9
+    if objective != "rank:ndcg":  # NDCG weighs the top of the ranking only
+        assert m["pairwise"] > 0.8
+    pred = model.predict_latency(X)
+    assert np.corrcoef(np.log(pred), np.log(lat))[0, 1] > 0.8
+    again = XGBCostModel.load(model.save())
+    assert np.allclose(again.score(X), model.score(X)) and again.objective == objective
+
+
+def test_zero_and_nonfinite_latencies_are_dropped():
+    X, lat, groups = _synthetic(n_groups=2, per_group=8)
+    lat[0], lat[1], lat[2] = 0.0, np.inf, np.nan
+    model = XGBCostModel(n_estimators=5).fit(X, lat, groups)
+    assert model.n_records_ == len(lat) - 3
+    with pytest.raises(ValueError, match="finite positive"):
+        XGBCostModel(n_estimators=5).fit(X[:2], np.zeros(2))
+    trainer = ModelTrainer()
+    trainer.add("c0", X[0], 0.0, "w")
+    trainer.add("c1", X[1], float("nan"), "w")
+    assert len(trainer) == 0
+
+
+def test_corrupt_or_foreign_model_is_refused():
+    with pytest.raises(CostModelError, match="corrupt"):
+        XGBCostModel.load(b"\x00not a model")
+    with pytest.raises(CostModelError, match="corrupt"):
+        XGBCostModel.load(b'{"params": {}, "boosters": {"score": "{", "latency": "{"}}')
+    with pytest.raises(CostModelError, match="feature version"):
+        XGBCostModel.load(b'{"feature_version": "other/v0"}')
+
+
+def test_warm_trainer_continues_the_stored_model():
+    X, lat, groups = _synthetic(n_groups=3, per_group=10)
+    warm = XGBCostModel(n_estimators=20).fit(X, lat, groups)
+    trainer = ModelTrainer(warm, warm_rounds=5)
+    assert trainer.score(X) is not None  # ranks before this run measured anything
+    for i in range(4):
+        trainer.add(f"c{i}", X[i], lat[i], groups[i])
+    trainer.retrain()
+    assert trainer.model.score_booster_.num_boosted_rounds() == 25
+    assert trainer.model.n_records_ == len(lat) + 4

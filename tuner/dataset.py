@@ -1,0 +1,95 @@
+"""The cost model's data set from a tuning database: features, latencies and workloads.
+
+Every successful measurement of a target (newest per candidate, never a failed,
+timed-out or wrong-result one; see ``Database.training_rows``) is replayed: the
+workload's stored TVMScript is parsed back, the candidate's trace applied, and
+TVM's per-store features extracted, so a model can be trained or evaluated on a
+database alone, without the model that produced it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+
+from database import CandidateRecord, TrainingRow
+
+from .cost_model import featurize, valid_rows
+from .space import ScheduleSpace
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Measured candidates of one target.
+
+    Attributes
+    ----------
+    X : np.ndarray
+        float32 [n, 3 * 164 + 4] features (``tuner.cost_model.featurize``).
+    latency_s : np.ndarray
+        float64 [n] median latencies in seconds, all finite and positive.
+    groups : np.ndarray
+        [n] workload hashes (str).
+    candidate_hashes : np.ndarray
+        [n] candidate hashes (str).
+    skipped : int
+        Rows left out: a latency of zero or a trace that no longer replays.
+    """
+
+    X: np.ndarray
+    latency_s: np.ndarray
+    groups: np.ndarray
+    candidate_hashes: np.ndarray
+    skipped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.latency_s)
+
+    @property
+    def n_workloads(self) -> int:
+        """Distinct workloads."""
+        return len(set(self.groups.tolist()))
+
+
+def load_dataset(db, target_hash: str, target: tvm.target.Target) -> Dataset:
+    """Replay and featurize every successful measurement of ``target_hash`` in ``db``.
+
+    ``target`` is the TVM target the schedule space is built for (the one the
+    measurements ran on).
+    """
+    by_workload: dict[str, list[TrainingRow]] = defaultdict(list)
+    for row in db.training_rows(target_hash):
+        by_workload[row.workload_hash].append(row)
+    feats, lat, groups, hashes, skipped = [], [], [], [], 0
+    for wh, rows in by_workload.items():
+        workload = db.get_workload(wh)
+        keep = [r for r in rows if valid_rows(np.array([r.median_s]))[0]]
+        skipped += len(rows) - len(keep)
+        if workload is None or not keep:
+            skipped += len(keep)
+            continue
+        func = tvm.script.from_source(workload.script)
+        space = ScheduleSpace(func, wh, target)
+        replayed, ok_rows = [], []
+        for r in keep:
+            try:
+                replayed.append(space.replay(CandidateRecord(wh, r.trace_json)))
+                ok_rows.append(r)
+            except Exception:  # TVM raises several error types for a trace that no longer applies
+                skipped += 1
+        for per_store, r in zip(space.features(replayed), ok_rows):
+            feats.append(featurize(per_store, workload))
+            lat.append(r.median_s)
+            groups.append(wh)
+            hashes.append(r.candidate_hash)
+    n_features = 3 * 164 + 4
+    return Dataset(
+        X=np.stack(feats) if feats else np.zeros((0, n_features), np.float32),
+        latency_s=np.array(lat, np.float64),
+        groups=np.array(groups, dtype=object),
+        candidate_hashes=np.array(hashes, dtype=object),
+        skipped=skipped,
+    )

@@ -1,0 +1,135 @@
+"""Judging cost models on unseen workloads: grouped cross-validation and ranking metrics.
+
+Whole workloads are held out (scikit-learn's ``LeaveOneGroupOut`` up to
+``MAX_LOGO_GROUPS`` workloads, ``GroupKFold`` beyond), each model is trained on
+the rest and scores the held-out workload's measured candidates. Per held-out
+workload with at least two candidates (TenSet's metrics, Zheng et al., NeurIPS
+2021 Datasets and Benchmarks, section 5):
+
+- top-k score: latency of the best measured candidate divided by the least
+  latency among the model's k highest-scored candidates (1.0 is perfect);
+- pairwise accuracy: share of candidate pairs with different latencies that the
+  model orders correctly;
+- Spearman's rank correlation between score and throughput (scipy).
+
+Each figure is the mean over held-out workloads. Models: XGBoost with each
+objective of ``tuner.cost_model.OBJECTIVES``, scikit-learn's random forest and
+ridge regression on per-workload normalised throughput, and a random ranking.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+from scipy.stats import spearmanr
+from sklearn.ensemble import RandomForestRegressor
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from .cost_model import OBJECTIVES, XGBCostModel, clean_features, labels
+from .dataset import Dataset
+
+MAX_LOGO_GROUPS = 12
+MODELS = tuple(f"xgb:{o}" for o in OBJECTIVES) + ("random-forest", "linear", "random")
+
+Scorer = Callable[[np.ndarray], np.ndarray]
+
+
+def topk_score(latency_s: np.ndarray, score: np.ndarray, k: int) -> float:
+    """Best latency / least latency among the ``k`` highest scores (one workload; seconds in, ratio out)."""
+    picks = np.argsort(-np.asarray(score), kind="stable")[:k]
+    return float(np.min(latency_s) / np.min(np.asarray(latency_s)[picks]))
+
+
+def pairwise_accuracy(latency_s: np.ndarray, score: np.ndarray) -> float | None:
+    """Share of pairs with different latencies where the faster one has the higher score (ties in score: half).
+
+    None when every latency is equal.
+    """
+    lat, sc = np.asarray(latency_s), np.asarray(score)
+    i, j = np.triu_indices(len(lat), k=1)
+    differ = lat[i] != lat[j]
+    if not differ.any():
+        return None
+    i, j = i[differ], j[differ]
+    faster_i = lat[i] < lat[j]
+    agree = np.where(faster_i, sc[i] > sc[j], sc[j] > sc[i]).astype(float)
+    agree[sc[i] == sc[j]] = 0.5
+    return float(agree.mean())
+
+
+def spearman(latency_s: np.ndarray, score: np.ndarray) -> float | None:
+    """Spearman's rho between score and throughput (1 / latency); None when either is constant."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rho = spearmanr(score, -np.asarray(latency_s)).statistic
+    return None if not np.isfinite(rho) else float(rho)
+
+
+def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray) -> dict:
+    """Mean top-1, top-5, pairwise accuracy and Spearman over groups with two or more candidates."""
+    per: dict[str, list[float]] = {"top1": [], "top5": [], "pairwise": [], "spearman": []}
+    for g in np.unique(groups):
+        m = groups == g
+        if m.sum() < 2:
+            continue
+        lat, sc = latency_s[m], score[m]
+        per["top1"].append(topk_score(lat, sc, 1))
+        per["top5"].append(topk_score(lat, sc, 5))
+        for name, value in (("pairwise", pairwise_accuracy(lat, sc)), ("spearman", spearman(lat, sc))):
+            if value is not None:
+                per[name].append(value)
+    out = {name: (float(np.mean(v)) if v else None) for name, v in per.items()}
+    out["workloads"] = len(per["top1"])
+    return out
+
+
+def fit_scorer(name: str, X: np.ndarray, latency_s: np.ndarray, groups: np.ndarray, seed: int = 0) -> Scorer:
+    """Train model ``name`` (one of ``MODELS``) and return its scoring function (higher is faster)."""
+    if name.startswith("xgb:"):
+        model = XGBCostModel(objective=name[4:], seed=seed).fit(X, latency_s, groups)
+        return model.score
+    if name == "random":
+        rng = np.random.default_rng(seed)
+        return lambda Xq: rng.random(len(Xq))
+    y = labels("reg:normalized", latency_s, groups)
+    if name == "random-forest":
+        est = RandomForestRegressor(n_estimators=100, min_samples_leaf=2, random_state=seed, n_jobs=1)
+    elif name == "linear":
+        est = make_pipeline(StandardScaler(), Ridge(alpha=1.0))
+    else:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    est.fit(clean_features(X), y)
+    return lambda Xq: est.predict(clean_features(Xq))
+
+
+def splits(groups: np.ndarray):
+    """Train/test index pairs that hold out whole workloads."""
+    n = len(np.unique(groups))
+    if n < 2:
+        raise ValueError(f"grouped evaluation needs measurements of at least 2 workloads, got {n}")
+    cv = LeaveOneGroupOut() if n <= MAX_LOGO_GROUPS else GroupKFold(n_splits=5)
+    return list(cv.split(np.zeros(len(groups)), groups=groups))
+
+
+def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0) -> dict[str, dict]:
+    """Held-out-workload metrics of each model on ``data``: {model: {top1, top5, pairwise, spearman, workloads}}.
+
+    Raises
+    ------
+    ValueError
+        Fewer than two workloads.
+    """
+    folds = splits(data.groups)
+    results = {}
+    for name in models:
+        score = np.zeros(len(data))
+        for train, test in folds:
+            scorer = fit_scorer(name, data.X[train], data.latency_s[train], data.groups[train], seed)
+            score[test] = scorer(data.X[test])
+        results[name] = ranking_metrics(data.latency_s, score, data.groups)
+    return results
