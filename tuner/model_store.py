@@ -45,3 +45,37 @@ def save_model(db, target_hash: str, trainer, metrics: dict | None = None) -> in
     info = {"objective": model.objective, "train_records": model.n_records_,
             "span": list(span) if span else None, **(metrics or {})}
     return db.save_cost_model(target_hash, FEATURE_VERSION, model.save(), model.n_records_, info)
+
+
+def train_version(db, target_hash: str, data, objective: str, seed: int = 0, cross_validate: bool = True) -> dict:
+    """Train a model on every row of ``data`` (a ``tuner.dataset.Dataset``), store it, return what was done.
+
+    With at least two workloads the objective is first judged on held-out
+    workloads (``tuner.evaluate``) and the figures are stored with the version.
+
+    Returns
+    -------
+    dict
+        ``version`` (id), ``records``, ``workloads``, ``objective`` and ``metrics``
+        (held-out figures, or None with a single workload).
+
+    Raises
+    ------
+    ValueError
+        Fewer than ``MIN_TRAIN_RECORDS`` rows (the caller falls back to the roofline model).
+    """
+    from .evaluate import evaluate
+    from .roofline_model import MIN_TRAIN_RECORDS
+    from .search import ModelTrainer
+
+    if len(data) < MIN_TRAIN_RECORDS:
+        raise ValueError(f"only {len(data)} successful measurements on this target, "
+                         f"at least {MIN_TRAIN_RECORDS} are needed to train")
+    metrics = None
+    if cross_validate and data.n_workloads >= 2:
+        metrics = evaluate(data, models=(f"xgb:{objective}",), seed=seed)[f"xgb:{objective}"]
+    trainer = ModelTrainer(XGBCostModel(objective=objective, seed=seed))
+    trainer.model = XGBCostModel(objective=objective, seed=seed).fit(data.X, data.latency_s, data.groups)
+    version = save_model(db, target_hash, trainer, {"workloads": data.n_workloads, "heldout": metrics})
+    return {"version": version, "records": len(data), "workloads": data.n_workloads,
+            "objective": objective, "metrics": metrics}

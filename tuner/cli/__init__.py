@@ -6,6 +6,7 @@ import typer
 
 from .db import db_app
 from .errors import main_guard
+from .model import model_app
 from .rpc import tracker_command, worker_command, workers_command
 from .run import run_command
 
@@ -22,6 +23,7 @@ app.command("tracker")(tracker_command)
 app.command("worker")(worker_command)
 app.command("workers")(workers_command)
 app.add_typer(db_app, name="db")
+app.add_typer(model_app, name="model")
 
 
 @app.callback()

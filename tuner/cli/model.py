@@ -1,0 +1,163 @@
+"""``tune model``: train, evaluate and list the cost model versions of a tuning database."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+model_app = typer.Typer(help="Train, evaluate and list cost models.", pretty_exceptions_show_locals=False,
+                        no_args_is_help=True)
+
+DbOption = Annotated[str | None, typer.Option("--db", envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db).")]
+TargetOption = Annotated[str | None, typer.Option(help='Target as TVM JSON, as given to tune run. Default: this CPU.')]
+KeyOption = Annotated[str | None, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key of the device pool (default: the embedded worker's).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+@contextmanager
+def existing_database(url: str | None):
+    """Open a database that must already exist (a missing SQLite file is an error, not a new database).
+
+    Raises
+    ------
+    ValueError
+        The SQLite file does not exist.
+    """
+    from database import open_database
+    from database.session import resolve_url
+
+    parsed = resolve_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
+            and not os.path.exists(parsed.database):
+        raise ValueError(f"no database at {parsed.database}: give --db the URL a tune run wrote to")
+    db = open_database(url)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def select_target(db, target: str | None, key: str | None):
+    """The ``TargetRecord`` and TVM target chosen as ``tune run`` chooses them; it must have measurements in ``db``.
+
+    Raises
+    ------
+    ValueError
+        The target was never measured in this database (the message lists those that were).
+    """
+    from database import TargetRecord
+    from measure.rpc import LOCAL_KEY
+    from measure.tvmapi import make_target, target_json
+
+    from ..session import default_target
+
+    tvm_target = make_target(target) if target else make_target(default_target())
+    record = TargetRecord(target_json(tvm_target), key or LOCAL_KEY)
+    known = db.targets()
+    if record not in known:
+        listed = "; ".join(f"--target '{t.target_json}' --key {t.key}" for t in known) or "none"
+        raise ValueError(f"no measurements for target {record.target_json} key {record.key} in this database "
+                         f"(measured targets: {listed})")
+    return record, tvm_target
+
+
+def _emit(as_json: bool, data: dict, lines: list[str]) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data) + "\n")
+    else:
+        for line in lines:
+            typer.echo(line)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+@model_app.command("train")
+def train_command(
+    db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
+    objective: Annotated[str, typer.Option(help="XGBoost objective: rank:pairwise, rank:ndcg, reg:normalized or reg:latency.")] = "rank:pairwise",
+    seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Train a cost model on every successful measurement of the target and store it as a new version.
+
+    With too few measurements nothing is stored and kernels stay priced by the
+    analytical roofline model; the output says so.
+    """
+    from ..cost_model import OBJECTIVES
+    from ..dataset import load_dataset
+    from ..model_store import train_version
+    from ..roofline_model import MIN_TRAIN_RECORDS, RooflineCostModel
+
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    with existing_database(db) as database:
+        record, tvm_target = select_target(database, target, key)
+        data = load_dataset(database, record.target_hash, tvm_target)
+        if len(data) < MIN_TRAIN_RECORDS:
+            roof = RooflineCostModel.measured()
+            msg = (f"only {len(data)} successful measurements (need {MIN_TRAIN_RECORDS}): no model stored; "
+                   f"kernels are priced by the {roof.describe()}")
+            _emit(as_json, {"trained": False, "records": len(data), "fallback": "roofline",
+                            "peak_flops_per_s": roof.peak_flops_per_s,
+                            "bandwidth_bytes_per_s": roof.bandwidth_bytes_per_s, "message": msg}, [msg])
+            return
+        out = train_version(database, record.target_hash, data, objective, seed=seed)
+    m = out["metrics"] or {}
+    _emit(as_json, {"trained": True, "target_hash": record.target_hash, **out},
+          [f"stored cost model version {out['version']}: {objective}, {out['records']} records, "
+           f"{out['workloads']} workloads",
+           f"held-out workloads: top-1 {_fmt(m.get('top1'))}, top-5 {_fmt(m.get('top5'))}, "
+           f"pairwise {_fmt(m.get('pairwise'))}, Spearman {_fmt(m.get('spearman'))}"])
+
+
+@model_app.command("eval")
+def eval_command(
+    db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
+    models: Annotated[str | None, typer.Option(help="Comma-separated models to compare (default: all): xgb:<objective>, random-forest, linear, random.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the models and the random ranking.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman."""
+    from ..dataset import load_dataset
+    from ..evaluate import MODELS, evaluate
+
+    chosen = tuple(m.strip() for m in models.split(",")) if models else MODELS
+    unknown = [m for m in chosen if m not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
+    with existing_database(db) as database:
+        record, tvm_target = select_target(database, target, key)
+        data = load_dataset(database, record.target_hash, tvm_target)
+    if data.n_workloads < 2:
+        raise ValueError(f"evaluation holds out whole workloads and needs measurements of at least 2, "
+                         f"this target has {data.n_workloads}")
+    results = evaluate(data, chosen, seed=seed)
+    lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads "
+             f"({data.skipped} skipped); held-out workloads:",
+             f"{'model':<20} {'top-1':>7} {'top-5':>7} {'pairwise':>9} {'spearman':>9}"]
+    lines += [f"{name:<20} {_fmt(r['top1']):>7} {_fmt(r['top5']):>7} {_fmt(r['pairwise']):>9} "
+              f"{_fmt(r['spearman']):>9}" for name, r in results.items()]
+    _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
+                    "skipped": data.skipped, "models": results}, lines)
+
+
+@model_app.command("list")
+def list_command(db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Stored cost model versions, newest first (the newest compatible one warm-starts a run)."""
+    with existing_database(db) as database:
+        versions = database.cost_model_versions()
+    lines = [f"{'id':>4} {'target':<12} {'records':>8} {'objective':<15} {'top-1':>6} {'created':<20} feature version"]
+    for v in versions:
+        m = v["metrics"]
+        held = m.get("heldout") or {}
+        lines.append(f"{v['id']:>4} {v['target_hash'][:12]:<12} {v['record_count']:>8} "
+                     f"{m.get('objective', '-'):<15} {_fmt(held.get('top1')):>6} {(v['created_at'] or '')[:19]:<20} "
+                     f"{v['feature_version']}")
+    _emit(as_json, {"versions": versions}, lines if versions else ["no cost model stored"])
