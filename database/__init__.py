@@ -5,6 +5,7 @@ team); migrate with :func:`upgrade`. Only the records of
 :mod:`database.records` cross this package's border.
 """
 
+from .liveness import Heartbeat, stale_after_s
 from .records import (
     DEFAULT_TRACE_JSON,
     MEASURE_STATUSES,
@@ -28,6 +29,7 @@ __all__ = [
     "Database",
     "DatabaseError",
     "GraphCandidateRecord",
+    "Heartbeat",
     "MeasureRecord",
     "TargetRecord",
     "TrainingRow",
@@ -35,5 +37,6 @@ __all__ = [
     "canonical_json",
     "open_database",
     "sha256_text",
+    "stale_after_s",
     "upgrade",
 ]

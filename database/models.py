@@ -16,13 +16,13 @@ from datetime import datetime
 
 from sqlalchemy import (
     CheckConstraint,
-    MetaData,
     DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
+    MetaData,
     String,
     Text,
 )
@@ -156,6 +156,24 @@ class MeasureResult(Base):
 
 
 Index("ix_measure_result_target_candidate", MeasureResult.target_id, MeasureResult.candidate_id)
+
+
+class CandidateClaim(Base):
+    """A session's claim to measure a candidate on a target (at most one holder).
+
+    A claim is taken before the candidate is measured and marked measured in the
+    transaction that records the result. An unmeasured claim may be taken over
+    once it expires or its session is no longer alive (see ``Database.claim_candidates``).
+    """
+
+    __tablename__ = "candidate_claim"
+
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("target.id"), primary_key=True, index=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"), index=True)
+    claimed_at: Mapped[datetime] = mapped_column(DateTime)
+    expires_at: Mapped[datetime] = mapped_column(DateTime)
+    measured_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
 class CostModelVersion(Base):

@@ -22,7 +22,13 @@ from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import Connection
 
 from .models import Base
-from .session import DatabaseError, create_engine_for, display_url, resolve_url, transaction
+from .session import (
+    DatabaseError,
+    create_engine_for,
+    display_url,
+    resolve_url,
+    transaction,
+)
 
 VERSION_TABLE = "tune_alembic_version"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")

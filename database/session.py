@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Connection, URL, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 
 if TYPE_CHECKING:
     from .store import Database

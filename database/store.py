@@ -26,7 +26,8 @@ from importlib import metadata
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from . import queries
+from . import claims, queries
+from .liveness import stale_after_s
 from .models import (
     Base,
     Candidate,
@@ -295,6 +296,7 @@ class Database:
                 for r in results
             ]
             conn.execute(MeasureResult.__table__.insert(), rows)
+            claims.mark_measured(conn, {(row["candidate_id"], row["target_id"]) for row in rows})
 
     @staticmethod
     def _check_workloads(conn, results: list[MeasureRecord]) -> None:
@@ -311,6 +313,55 @@ class Database:
                         f"measurement of candidate {candidate_hash} names workload "
                         f"{expected[candidate_hash]}, but the candidate belongs to {workload_hash}"
                     )
+
+    def claim_candidates(
+        self,
+        candidate_hashes: list[str],
+        target_hash: str,
+        session_id: int,
+        *,
+        ttl_s: float = claims.CLAIM_TTL_S,
+    ) -> set[str]:
+        """Claim candidates on a target before measuring them (one transaction).
+
+        A candidate is left out when it has a measurement on this target already,
+        or when another session holds an unexpired claim on it and that session
+        is ``running`` with a heartbeat newer than the stale bound
+        (:func:`database.liveness.stale_after_s`). Claims of dead sessions are
+        taken over; this session's own claims are renewed. Recording a result
+        with :meth:`add_measure_results` marks its claim measured.
+
+        Parameters
+        ----------
+        candidate_hashes : list of str
+            Candidates added with :meth:`add_candidates`.
+        target_hash : str
+            The target to be measured on (added with :meth:`add_target`).
+        session_id : int
+            The claiming session.
+        ttl_s : float
+            Seconds after which the claim expires even if the session still beats.
+
+        Returns
+        -------
+        set of str
+            The candidate hashes this session now holds: measure exactly these.
+
+        Raises
+        ------
+        DatabaseError
+            When a candidate or the target is unknown.
+        """
+        if not candidate_hashes:
+            return set()
+        with transaction(self._engine) as conn:
+            ids = _require_ids(conn, Candidate.candidate_hash, candidate_hashes, "candidate", "add_candidates")
+            target = _require_ids(conn, Target.target_hash, [target_hash], "target", "add_target")
+            held = claims.claim(
+                conn, list(ids.values()), target[target_hash], session_id,
+                ttl_s=ttl_s, stale_after_s=stale_after_s(),
+            )
+        return {h for h, i in ids.items() if i in held}
 
     def measured_candidates(self, workload_hash: str, target_hash: str) -> dict[str, MeasureRecord]:
         """The newest measurement (any status) per candidate hash, for resuming a search."""
@@ -456,8 +507,8 @@ class Database:
         with transaction(self._engine, write=False) as conn:
             return queries.ok_span(conn, target_hash)
 
-    def measure_log(self, target_hash: str) -> list[tuple[str, str, str, float | None, int]]:
+    def measure_log(self, target_hash: str) -> list[tuple[str, str, str, str, float | None, int]]:
         """Every measurement on a target in the order taken:
-        (workload hash, candidate hash, status, median seconds or None, row id)."""
+        (workload hash, candidate hash, trace JSON, status, median seconds or None, row id)."""
         with transaction(self._engine, write=False) as conn:
             return queries.measure_log(conn, target_hash)

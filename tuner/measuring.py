@@ -1,6 +1,8 @@
-"""Measuring one batch of schedule candidates: build in the pool, run on a worker, record.
+"""Measuring one batch of schedule candidates: claim, build in the pool, run on a worker, record.
 
-Every candidate of a batch ends as one recorded :class:`database.MeasureRecord`,
+The batch is claimed in the database first (``Database.claim_candidates``), so
+concurrent tuners on one database never measure a candidate twice on a target.
+Every candidate this session holds ends as one recorded :class:`database.MeasureRecord`,
 success or failure, in one write; built artifacts are deleted once measured.
 """
 
@@ -42,12 +44,31 @@ class BatchMeasurer:
         self._references: dict[str, object] = {}
 
     def measure(self, kernel: Kernel, batch: list[ScheduleCandidate]) -> list[MeasureRecord]:
-        """Build, run and record ``batch`` (candidates of ``kernel``); returns their records in order."""
+        """Claim, build, run and record ``batch`` (candidates of ``kernel``).
+
+        Returns one record per candidate of the batch, in batch order, except the
+        candidates another live session holds (it is measuring them): this
+        session's new measurements, and for candidates measured elsewhere since
+        the search read the database, their newest recorded result. So the list
+        may be shorter than the batch, even empty.
+        """
         self.check_stop()
+        wh = kernel.workload.workload_hash
+        self.db.add_candidates([c.record for c in batch])
+        held = self.db.claim_candidates([c.record.candidate_hash for c in batch], self.target.target_hash,
+                                        self.session_id)
+        elsewhere = {}
+        if len(held) < len(batch):
+            elsewhere = self.db.measured_candidates(wh, self.target.target_hash)
+        mine = [c for c in batch if c.record.candidate_hash in held]
+        records = {h: r for h, r in elsewhere.items() if h not in held}
+        records.update(self._measure_held(kernel, mine) if mine else {})
+        return [records[c.record.candidate_hash] for c in batch if c.record.candidate_hash in records]
+
+    def _measure_held(self, kernel: Kernel, batch: list[ScheduleCandidate]) -> dict[str, MeasureRecord]:
         wh = kernel.workload.workload_hash
         if wh not in self._references:
             self._references[wh] = kernel_reference(kernel)
-        self.db.add_candidates([c.record for c in batch])
         builds = self.builder.build([c.mod for c in batch])
         built = [(c, b) for c, b in zip(batch, builds) if b.error is None]
         runs = iter(self.runner.run([b for _, b in built], self._references[wh]))
@@ -68,4 +89,4 @@ class BatchMeasurer:
         for b in builds:
             if b.artifact_path:
                 shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
-        return records
+        return {r.candidate_hash: r for r in records}

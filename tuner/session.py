@@ -19,9 +19,11 @@ from database import (
     DEFAULT_TRACE_JSON,
     CandidateRecord,
     GraphCandidateRecord,
+    Heartbeat,
     MeasureRecord,
     TargetRecord,
     open_database,
+    stale_after_s,
 )
 from database.session import display_url
 from extract import load_model
@@ -208,10 +210,14 @@ class TuneRun:
         args = asdict(o)
         if args["db"]:
             args["db"] = display_url(args["db"])  # never store a password in the database
+        stale = db.mark_stale_sessions_interrupted(stale_after_s())
+        if stale:
+            self.progress.note(f"{stale} silent session(s) marked interrupted; their claims may be taken over")
         session_id = db.start_session(args, model.source, model.model_hash)
         self.progress.note(f"session {session_id}: {model.source} on {db.url_display}")
         try:
-            summary = self._tune(db, model, target, target_rec, session_id)
+            with Heartbeat(db, session_id):
+                summary = self._tune(db, model, target, target_rec, session_id)
         except KeyboardInterrupt:
             db.finish_session(session_id, "interrupted")
             raise

@@ -10,8 +10,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from database import DatabaseError, open_database, upgrade
-from database import schema
+from database import DatabaseError, open_database, schema, upgrade
 from database.models import Base
 from database.session import display_url, resolve_url
 
@@ -21,8 +20,8 @@ NOTE_REVISION = '''
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "NEXT"
+down_revision = "HEAD"
 branch_labels = None
 depends_on = None
 
@@ -37,12 +36,15 @@ def downgrade():
 '''
 
 
-def _pretend_newer_code(tmp_path, monkeypatch) -> None:
-    """Make the code's migrations one revision (0002) ahead of the package's."""
-    scripts = tmp_path / "migrations"
+def _pretend_newer_code(tmp_path, monkeypatch) -> str:
+    """Make the code's migrations one revision ahead of the package's; returns the new one."""
+    head, scripts = schema.head_revision(), tmp_path / "migrations"
+    newer = f"{int(head) + 1:04d}"
     shutil.copytree(schema.MIGRATIONS_DIR, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0002_target_note.py").write_text(textwrap.dedent(NOTE_REVISION))
+    source = textwrap.dedent(NOTE_REVISION).replace("NEXT", newer).replace("HEAD", head)
+    (scripts / "versions" / f"{newer}_target_note.py").write_text(source)
     monkeypatch.setattr(schema, "MIGRATIONS_DIR", scripts)
+    return newer
 
 
 def _execute(url: str, sql: str) -> None:
@@ -97,16 +99,17 @@ def test_models_match_migrations(db_url):
 
 
 def test_old_schema_names_the_upgrade_command(db_url, tmp_path, monkeypatch):
-    open_database(db_url).close()  # made by this release, at 0001
-    _pretend_newer_code(tmp_path, monkeypatch)
+    open_database(db_url).close()  # made by this release
+    head = schema.head_revision()
+    newer = _pretend_newer_code(tmp_path, monkeypatch)
     with pytest.raises(DatabaseError) as info:
         open_database(db_url)
     shown = display_url(resolve_url(db_url))
     assert str(info.value) == (
-        f"database schema is at revision 0001, code expects 0002: "
+        f"database schema is at revision {head}, code expects {newer}: "
         f"run `tune db upgrade --db {shown}`"
     )
-    assert upgrade(db_url) == "0002"
+    assert upgrade(db_url) == newer
     with open_database(db_url) as db:
         assert db.stats()["target"] == 0
     engine = _engine(db_url)
