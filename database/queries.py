@@ -198,13 +198,14 @@ def ok_span(conn: Connection, target_hash: str) -> tuple[str, str] | None:
     return row[0].isoformat(), row[1].isoformat()
 
 
-def measure_log(conn: Connection, target_hash: str) -> list[tuple[str, str, str, float | None, int]]:
-    """Every measurement on a target in the order taken: (workload hash, candidate hash, status, median s, id)."""
+def measure_log(conn: Connection, target_hash: str) -> list[tuple[str, str, str, str, float | None, int]]:
+    """Every measurement on a target in the order taken:
+    (workload hash, candidate hash, trace JSON, status, median s, id)."""
     target = target_id(conn, target_hash)
     if target is None:
         return []
     rows = conn.execute(
-        select(Workload.workload_hash, Candidate.candidate_hash, MeasureResult.status,
+        select(Workload.workload_hash, Candidate.candidate_hash, Candidate.trace_json, MeasureResult.status,
                MeasureResult.median_s, MeasureResult.id)
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
         .join(Workload, Workload.id == Candidate.workload_id)

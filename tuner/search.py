@@ -148,12 +148,18 @@ def tune_kernel(
     pool = [c for c in space.sample(max(config.pool_factor * left, 16)) if c.record.candidate_hash not in measured]
     queue: list[ScheduleCandidate] = []
     default = space.default()
+
+    def score(cands: list[ScheduleCandidate]) -> np.ndarray | None:
+        if not trainer.model.fitted:
+            return None
+        return trainer.score(np.stack([featurize(f, kernel.workload) for f in space.features(cands)]))
+
     if default.record.candidate_hash not in measured:
         queue.append(default)
     stop = "budget"
     while len(measured) < config.trials:
         want = min(config.batch_size, config.trials - len(measured)) - len(queue)
-        batch = queue + _pick(pool, max(want, 0), trainer, space, kernel, config.explore, rng)
+        batch = queue + pick_batch(pool, max(want, 0), score, config.explore, rng)
         queue = []
         if not batch:
             stop = "space_exhausted"
@@ -179,16 +185,22 @@ def _learn(trainer, space, kernel, candidates, measured) -> None:
                     measured[cand.record.candidate_hash].median_s, kernel.workload.workload_hash)
 
 
-def _pick(pool, n, trainer, space, kernel, explore, rng) -> list[ScheduleCandidate]:
+def pick_batch(pool: list, n: int, score: Callable[[list], np.ndarray | None], explore: float,
+               rng: np.random.Generator) -> list:
+    """Choose ``n`` items of ``pool``: the highest scored, plus ``floor(n * explore)`` (at least 1 when
+    ``n > 1``) drawn at random from the rest. ``score(pool)`` returns one score per item (higher is
+    faster) or None while there is no model, in which case the whole batch is random.
+    """
     if n <= 0 or not pool:
         return []
     n = min(n, len(pool))
-    n_explore = n if not trainer.model.fitted else max(1, math.floor(n * explore)) if n > 1 else 0
-    order = list(range(len(pool)))
-    if trainer.model.fitted:
-        X = np.stack([featurize(f, kernel.workload) for f in space.features(pool)])
-        order = list(np.argsort(-trainer.score(X), kind="stable"))
+    scores = score(pool)
+    if scores is None:
+        return [pool[i] for i in rng.choice(len(pool), size=n, replace=False)]
+    n_explore = max(1, math.floor(n * explore)) if n > 1 and explore > 0 else 0
+    order = list(np.argsort(-np.asarray(scores), kind="stable"))
     exploit = order[: n - n_explore]
-    rest = [i for i in order if i not in set(exploit)]
+    taken = set(exploit)
+    rest = [i for i in order if i not in taken]
     explore_idx = list(rng.choice(rest, size=min(n_explore, len(rest)), replace=False)) if rest else []
     return [pool[i] for i in exploit + explore_idx]

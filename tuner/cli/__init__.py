@@ -9,6 +9,7 @@ from .errors import main_guard
 from .model import model_app
 from .rpc import tracker_command, worker_command, workers_command
 from .run import run_command
+from .simulate import simulate_command
 
 # Local variables in a traceback would print database passwords.
 app = typer.Typer(
@@ -19,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("run")(run_command)
+app.command("simulate")(simulate_command)
 app.command("tracker")(tracker_command)
 app.command("worker")(worker_command)
 app.command("workers")(workers_command)

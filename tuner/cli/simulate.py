@@ -1,0 +1,68 @@
+"""``tune simulate``: replay a database's measurements to compare search strategies without hardware."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from .model import (
+    DbOption,
+    JsonOption,
+    KeyOption,
+    TargetOption,
+    existing_database,
+    select_target,
+)
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated numbers, got {text!r}") from None
+
+
+def simulate_command(
+    db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
+    strategies: Annotated[str, typer.Option(help="Comma-separated: random, cold (model from this workload only), warm (model from the other workloads first).")] = "random,cold,warm",
+    batch_size: Annotated[str, typer.Option("--batch-size", help="Batch sizes to try, comma-separated.")] = "8",
+    explore: Annotated[str, typer.Option(help="Exploration shares to try, comma-separated, each in [0, 1].")] = "0.25",
+    seeds: Annotated[int, typer.Option(help="Replays per strategy (seeds of the exploration draw).")] = 3,
+    trials: Annotated[int | None, typer.Option(help="Trials to report (default: the largest pool).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay the target's recorded measurements under each strategy and print best-so-far curves.
+
+    A strategy may only pick candidates that were measured; the figure after t
+    trials is the pool's best latency divided by the best found in t picks,
+    averaged over workloads and seeds (1.0: the best was found).
+    """
+    from ..simulate import STRATEGIES, load_pools, simulate
+
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    bad = [s for s in names if s not in STRATEGIES]
+    if bad:
+        raise ValueError(f"unknown strategy {bad[0]!r}; choose from {', '.join(STRATEGIES)}")
+    batches = [int(b) for b in _floats(batch_size, "--batch-size")]
+    shares = _floats(explore, "--explore")
+    if any(b < 1 for b in batches) or any(not 0 <= e <= 1 for e in shares) or seeds < 1:
+        raise ValueError("--batch-size must be >= 1, --explore within [0, 1], --seeds >= 1")
+    grid = [("random", b, 1.0) for b in batches[:1] if "random" in names]
+    grid += [(n, b, e) for n in names if n != "random" for b in batches for e in shares]
+    with existing_database(db) as database:
+        record, tvm_target = select_target(database, target, key)
+        pools = load_pools(database, record.target_hash, tvm_target)
+    curves = simulate(pools, grid, seeds=seeds, trials=trials)
+    if as_json:
+        sys.stdout.write(json.dumps({"target_hash": record.target_hash, "workloads": len(pools),
+                                     "seeds": seeds, "curves": curves}) + "\n")
+        return
+    n = len(next(iter(curves.values())))
+    points = sorted({t for t in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128) if t <= n} | {n})
+    typer.echo(f"{len(pools)} workloads; best latency found / best in the pool after t trials, mean of {seeds} seeds")
+    typer.echo(f"{'strategy':<22}" + "".join(f"{'t=' + str(t):>8}" for t in points))
+    for name, values in curves.items():
+        typer.echo(f"{name:<22}" + "".join(f"{values[t - 1]:>8.3f}" for t in points))
