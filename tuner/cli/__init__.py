@@ -7,6 +7,7 @@ import typer
 from .db import db_app
 from .errors import main_guard
 from .model import model_app
+from .report import report_command
 from .rpc import tracker_command, worker_command, workers_command
 from .run import run_command
 from .simulate import simulate_command
@@ -20,6 +21,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("run")(run_command)
+app.command("report")(report_command)
 app.command("simulate")(simulate_command)
 app.command("tracker")(tracker_command)
 app.command("worker")(worker_command)
