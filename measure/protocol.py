@@ -31,6 +31,16 @@ class MeasureConfig:
     rtol, atol : float
         Tolerances of the correctness check against the reference outputs:
         ``|out - ref| <= atol + rtol * |ref|`` elementwise.
+    max_cv : float
+        Largest coefficient of variation (sample standard deviation / mean) of the
+        repeat times that is accepted; above it the candidate is timed again.
+    remeasure : int
+        How many times a noisy candidate is timed again (all repeats are kept).
+    device_wait_s : float
+        Seconds a candidate may wait for a free worker of the key (or for an
+        unreachable tracker to come back); not part of its ``timeout_s``.
+    retries : int
+        How many times a candidate whose worker was lost is sent to another worker.
     """
 
     number: int = 1
@@ -40,6 +50,10 @@ class MeasureConfig:
     cache_flush: bool = True
     rtol: float = 1e-3
     atol: float = 1e-3
+    max_cv: float = 0.1
+    remeasure: int = 2
+    device_wait_s: float = 120.0
+    retries: int = 2
 
     def __post_init__(self) -> None:
         for name in ("number", "repeat"):
@@ -49,6 +63,23 @@ class MeasureConfig:
             raise ValueError(f"--min-repeat-ms must not be negative, got {self.min_repeat_ms}")
         if self.timeout_s <= 0:
             raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
+        if self.max_cv <= 0:
+            raise ValueError(f"max_cv must be positive, got {self.max_cv}")
+        for name in ("remeasure", "retries"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.device_wait_s <= 0:
+            raise ValueError(f"device_wait_s must be positive, got {self.device_wait_s}")
+
+
+def coefficient_of_variation(times_s) -> float:
+    """Sample standard deviation over mean of repeat times (0 for fewer than two)."""
+    import statistics
+
+    if len(times_s) < 2:
+        return 0.0
+    mean = statistics.fmean(times_s)
+    return statistics.stdev(times_s) / mean if mean > 0 else 0.0
 
 
 def classify_build_error(message: str) -> str:

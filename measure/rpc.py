@@ -117,13 +117,13 @@ def wait_for_key(address: TrackerAddress, key: str, timeout_s: float = 60.0) -> 
         time.sleep(0.2)
 
 
-def _python_module(args: list[str]) -> subprocess.Popen:
+def _python_module(args: list[str], cpus: set[int] | None = None) -> subprocess.Popen:
     # A process group of its own: TVM's tracker and server serve from a child process
     # (and fork one per session), which must end with it.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
         [sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
 
 
@@ -135,32 +135,61 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 class LocalRPC:
-    """A TVM RPC tracker and ``workers`` RPC servers on 127.0.0.1, as child processes.
+    """A TVM RPC tracker and ``workers`` workers (:mod:`measure.worker`) on 127.0.0.1, as child processes.
 
     Use as a context manager: the processes start on enter (once the workers are
     registered under ``key``) and are terminated on exit.
+
+    Parameters
+    ----------
+    key : str
+        The RPC key the workers register under.
+    workers : int
+        How many workers to start.
+    port : int, optional
+        The tracker's port (default: a free one).
+    worker_cpus : list of set of int, optional
+        CPU cores each worker (and the sessions it forks) is pinned to, one set per worker.
     """
 
-    def __init__(self, key: str = LOCAL_KEY, workers: int = 1, port: int | None = None) -> None:
+    def __init__(self, key: str = LOCAL_KEY, workers: int = 1, port: int | None = None,
+                 worker_cpus: list[set[int]] | None = None) -> None:
         self.key = key
         self.workers = workers
         self.address = TrackerAddress("127.0.0.1", port or free_port())
+        self.worker_cpus = worker_cpus
         self._procs: list[subprocess.Popen] = []
+        self.worker_processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> LocalRPC:
+        self.start_tracker()
         host, port = self.address.host, str(self.address.port)
-        self._procs.append(
-            _python_module(["tvm.exec.rpc_tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)])
-        )
-        _wait_listening(self.address, timeout_s=30.0)
-        for _ in range(self.workers):
-            self._procs.append(
-                _python_module(
-                    ["tvm.exec.rpc_server", "--tracker", f"{host}:{port}", "--key", self.key, "--host", host]
-                )
-            )
-        wait_for_key(self.address, self.key, timeout_s=60.0)
+        for i in range(self.workers):
+            cpus = self.worker_cpus[i] if self.worker_cpus else None
+            proc = _python_module(["measure.worker", "--tracker", f"{host}:{port}", "--key", self.key, "--host", host],
+                                  cpus)
+            self._procs.append(proc)
+            self.worker_processes.append(proc)
+        deadline = time.monotonic() + 60.0
+        while workers_for_key(self.address, self.key) < self.workers:
+            if time.monotonic() > deadline:
+                raise TrackerError(f"the local workers did not register with the tracker at {self.address}")
+            time.sleep(0.2)
         return self
+
+    def start_tracker(self) -> None:
+        """Start the tracker on ``address`` (again, after :meth:`stop_tracker`); wait until it listens."""
+        host, port = self.address.host, str(self.address.port)
+        self.tracker_process = _python_module(
+            ["tvm.exec.rpc_tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)]
+        )
+        self._procs.append(self.tracker_process)
+        _wait_listening(self.address, timeout_s=30.0)
+
+    def stop_tracker(self) -> None:
+        """Stop the tracker (its whole process group); the workers keep running and try to reconnect."""
+        _stop(self.tracker_process)
+        self._procs.remove(self.tracker_process)
 
     def __exit__(self, *exc) -> None:
         for proc in reversed(self._procs):
@@ -173,6 +202,17 @@ class LocalRPC:
             _signal_group(proc, signal.SIGKILL)  # what SIGTERM left of the group
             proc.wait()
         self._procs.clear()
+        self.worker_processes.clear()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc, signal.SIGKILL)
+    proc.wait()
 
 
 def _wait_listening(address: TrackerAddress, timeout_s: float) -> None:

@@ -1,91 +1,82 @@
-"""Running built candidates on a worker obtained from the TVM RPC tracker.
+"""Running built candidates on the workers of an RPC key, one candidate per worker at a time.
 
-Each run happens in a process of a persistent pool (TVM's ``PopenPoolExecutor``),
-which talks to the tracker: request a worker of the key, upload the kernel,
-allocate the arguments, run once and check the outputs against the reference,
-then time with ``time_evaluator``. Inputs are fixed (not random) and the output
-buffers are fresh for every candidate, filled with NaN, so a kernel that skips
-an element fails the check. A mismatch is ``wrong_result`` and never a time.
+Each candidate is measured in a process of a persistent pool (TVM's
+``PopenPoolExecutor``) with one process per registered worker of the key, so a
+batch is spread over every free worker while each measurement holds its device
+alone (the tracker hands a worker to one session at a time). A measurement (see
+:mod:`measure.measurement`) asks the tracker for a worker with its own wait limit
+(``device_wait_s``), so a candidate's ``timeout_s`` (enforced by the worker on the
+session) never counts the wait for a free device.
+
+Faults: a run that fails is ``run_error`` when its worker is still, or again at
+once, registered at the tracker (a kernel error, or a kernel that crashed the
+worker's session process: :mod:`measure.worker` serves again), and
+``worker_lost`` otherwise; a lost candidate goes to another worker, up to
+``retries`` times. When no worker of the key is left, the remaining candidates
+are ``worker_lost`` and the next :meth:`Runner.run` raises
+:class:`~measure.rpc.TrackerError` naming the key, so every result of the batch
+reaches its caller first.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import statistics
+import time
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import dataclass, replace
 
-import numpy as np
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from .builder import BuildResult
-from .protocol import WRONG_RESULT_TAG, MeasureConfig, classify_run_error, first_line
-from .rpc import TrackerAddress
+from .measurement import NO_WORKER, RUN_FAILED, KernelReference, measure_candidate
+from .protocol import MeasureConfig, first_line
+from .rpc import TrackerAddress, TrackerError, queue_status, workers_for_key
 
-
-@dataclass(frozen=True)
-class KernelReference:
-    """Inputs and expected outputs of one kernel, in its parameter order.
-
-    ``arrays`` holds one array per PrimFunc parameter; the last ``n_outputs`` are
-    the expected outputs (computed by the unscheduled kernel), the others inputs.
-    """
-
-    arrays: tuple[np.ndarray, ...]
-    n_outputs: int
+__all__ = ["KernelReference", "RunResult", "Runner"]
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """The outcome of running one candidate: repeat times in seconds, or a failure."""
+    """The outcome of running one candidate.
+
+    Attributes
+    ----------
+    status : str
+        ``ok``, ``timeout``, ``wrong_result``, ``run_error`` or ``worker_lost``.
+    times_s : tuple of float
+        Every repeat time in seconds (each the mean over the calibrated ``number``
+        runs), of every timing round; empty on failure.
+    error : str
+        One line saying what failed; empty when ``ok``.
+    worker : str
+        ``KEY@HOST:PORT`` of the worker that ran it (empty when none was reached).
+    rounds : int
+        Timing rounds (more than one when the repeats were too noisy).
+    retries : tuple of RunResult
+        Earlier attempts on workers that were lost (status ``worker_lost``).
+    start, end : float
+        Seconds since the epoch: when the session on the worker opened and ended
+        (0 when no worker was reached).
+    """
 
     status: str
     times_s: tuple[float, ...] = ()
     error: str = ""
+    worker: str = ""
+    rounds: int = 0
+    retries: tuple[RunResult, ...] = ()
+    start: float = 0.0
+    end: float = 0.0
 
-
-def _run_one(tracker: TrackerAddress, key: str, artifact: str, device_type: str, reference: KernelReference,
-             config: MeasureConfig) -> list[float]:
-    import tvm
-    from tvm import rpc
-
-    # The worker kills the session after ``timeout_s`` (a float: int() would make 0.5 s "no limit").
-    session = rpc.connect_tracker(tracker.host, tracker.port).request(key, session_timeout=config.timeout_s)
-    name = os.path.basename(artifact)
-    session.upload(artifact, name)
-    try:
-        lib = session.load_module(name)
-        dev = session.device(device_type, 0)
-        n_in = len(reference.arrays) - reference.n_outputs
-        args = [tvm.runtime.tensor(a, device=dev) for a in reference.arrays[:n_in]]
-        for expected in reference.arrays[n_in:]:
-            fill = np.full(expected.shape, np.nan, expected.dtype) if expected.dtype.kind == "f" else np.zeros_like(expected)
-            args.append(tvm.runtime.tensor(fill, device=dev))
-        func = lib[lib.entry_name]
-        func(*args)
-        dev.sync()
-        for k, expected in enumerate(reference.arrays[n_in:]):
-            got = args[n_in + k].numpy()
-            bad = ~np.isclose(got, expected, rtol=config.rtol, atol=config.atol, equal_nan=True)
-            if bad.any():
-                diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))[bad]
-                n_nan = int(np.isnan(diff).sum())  # NaN on one side only: e.g. an element left unwritten
-                details = [f"max abs error {np.nanmax(diff):.3g}"] if n_nan < diff.size else []
-                details += [f"{n_nan} NaN (unwritten or invalid)"] if n_nan else []
-                raise RuntimeError(
-                    f"{WRONG_RESULT_TAG} output {k}: {int(bad.sum())} of {bad.size} elements differ "
-                    f"from the reference ({', '.join(details)})"
-                )
-        evaluator = lib.time_evaluator(
-            lib.entry_name, dev, number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
-            f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush and device_type == "cpu" else "",
-        )
-        return [float(t) for t in evaluator(*args).results]
-    finally:
-        session.remove(name)
-        session.remove(name + ".so")
+    @property
+    def median_s(self) -> float | None:
+        """The candidate's time: the median of its repeat times in seconds (None on failure)."""
+        return statistics.median(self.times_s) if self.times_s else None
 
 
 class Runner:
-    """Checks and times built candidates on workers of one RPC key, one candidate per device at a time.
+    """Checks and times built candidates on the workers of one RPC key, one candidate per device at a time.
 
     Parameters
     ----------
@@ -99,40 +90,136 @@ class Runner:
         TVM device type on the worker (``cpu`` for llvm targets).
     """
 
+    #: Seconds to watch the tracker for a worker whose session broke to register again.
+    COME_BACK_S = 3.0
+
     def __init__(self, tracker: TrackerAddress, key: str, config: MeasureConfig, device_type: str = "cpu") -> None:
         self.tracker = tracker
         self.key = key
         self.config = config
         self.device_type = device_type
-        self._pool = PopenPoolExecutor(max_workers=1, timeout=config.timeout_s)
+        self._pool: PopenPoolExecutor | None = None
+        self._slots = 0
+        self._no_worker: str | None = None
 
     @property
     def worker_name(self) -> str:
-        """How results name where they ran: the RPC key at the tracker."""
+        """How results name the pool they ran on: the RPC key at the tracker."""
         return f"{self.key}@{self.tracker}"
 
     def run(self, builds: list[BuildResult], reference: KernelReference) -> list[RunResult]:
-        """Check and time each built candidate (failed builds are the caller's to skip)."""
-        results = []
-        for build in builds:
-            future = self._pool.submit(
-                _run_one, self.tracker, self.key, build.artifact_path, self.device_type, reference, self.config
-            )
-            try:
-                times = future.result()
-            except TimeoutError:
-                results.append(RunResult("timeout", error=f"run timeout: killed after {self.config.timeout_s:g} s"))
-                continue
-            except Exception as err:  # the pool re-raises the worker's exception
-                message = str(err)
-                results.append(RunResult(classify_run_error(message), error=first_line(message)))
-                continue
-            results.append(RunResult("ok", tuple(times)))
+        """Check and time each built candidate; one result per build, in order.
+
+        Failed builds are the caller's to skip. Candidates run concurrently, one
+        per registered worker of the key.
+
+        Raises
+        ------
+        TrackerError
+            When the previous call found no worker of the key left and there is
+            still none (or the tracker is still unreachable).
+        """
+        if not builds:
+            return []
+        slots = self._count_workers()
+        if self._no_worker is not None:
+            if not slots:
+                raise TrackerError(self._no_worker)
+            self._no_worker = None
+        self._ensure_pool(max(slots, 1))
+        results: list[RunResult | None] = [None] * len(builds)
+        lost: dict[int, list[RunResult]] = {i: [] for i in range(len(builds))}
+        pending = deque((i, 0) for i in range(len(builds)))
+        running = {}
+        while pending or running:
+            while pending and len(running) < self._slots and self._no_worker is None:
+                i, attempt = pending.popleft()
+                future = self._pool.submit(measure_candidate, self.tracker, self.key, builds[i].artifact_path,
+                                           self.device_type, reference, self.config)
+                running[future] = (i, attempt)
+            if self._no_worker is not None:
+                for i, _ in pending:
+                    results[i] = RunResult("worker_lost", error=self._no_worker)
+                pending.clear()
+                if not running:
+                    break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                i, attempt = running.pop(future)
+                result = self._outcome(future)
+                if result.status == "worker_lost" and result.worker and attempt < self.config.retries:
+                    lost[i].append(result)
+                    pending.appendleft((i, attempt + 1))
+                    continue
+                results[i] = replace(result, retries=tuple(lost[i]))
         return results
 
     def close(self) -> None:
-        """Stop the run process."""
+        """Stop the run processes."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                pool.shutdown()
+            except Exception:  # noqa: BLE001 - the processes are already gone (e.g. after Ctrl-C)
+                pass
+
+    def _count_workers(self) -> int:
         try:
-            self._pool.shutdown()
-        except Exception:  # noqa: BLE001 - the process is already gone (e.g. after Ctrl-C)
-            pass
+            return workers_for_key(self.tracker, self.key)
+        except TrackerError:
+            if self._no_worker is not None:
+                raise
+            return self._slots  # the tracker may be restarting: the measurements wait for it
+
+    def _ensure_pool(self, slots: int) -> None:
+        if self._pool is None or slots != self._slots:
+            self.close()
+            # The last resort against a client stuck on a silent network: the wait for a
+            # device, the worker-enforced session, and slack for the upload.
+            limit = self.config.device_wait_s + self.config.timeout_s + 30.0
+            self._pool = PopenPoolExecutor(max_workers=slots, timeout=limit)
+            self._slots = slots
+
+    def _outcome(self, future) -> RunResult:
+        try:
+            out = future.result()
+        except TimeoutError:
+            return RunResult("timeout", error="run timeout: no answer from the worker's session in time")
+        except Exception as err:  # noqa: BLE001 - the pool re-raises the measuring process's failure
+            return RunResult("run_error", error=first_line(str(err)))
+        worker = f"{self.key}@{out['worker']}" if out["worker"] else ""
+        span = {"start": out["start"], "end": out["end"]}
+        status, error = out["status"], out["error"]
+        if status == NO_WORKER:
+            if not self._count_workers_quiet():
+                self._no_worker = f"no worker left with RPC key {self.key!r} on the tracker at {self.tracker}: {error}"
+                return RunResult("worker_lost", error=self._no_worker)
+            return RunResult("worker_lost", error=error)
+        if status == RUN_FAILED:
+            if self._registered(out["worker"]):
+                if any(s in error for s in ("kShutdown", "Connection reset", "Broken pipe", "Socket")):
+                    error = f"the worker's session process died (the kernel crashed it?): {error}"
+                return RunResult("run_error", error=error, worker=worker, **span)
+            return RunResult("worker_lost", error=f"worker {out['worker']} lost mid-measurement: {error}", worker=worker,
+                             **span)
+        return RunResult(status, tuple(out["times_s"]), error, worker, out["rounds"], **span)
+
+    def _count_workers_quiet(self) -> int:
+        try:
+            return workers_for_key(self.tracker, self.key)
+        except TrackerError:
+            return 0
+
+    def _registered(self, address: str) -> bool:
+        """Whether the worker at ``HOST:PORT`` is registered at the tracker within ``COME_BACK_S``."""
+        time.sleep(0.5)  # the tracker drops a dead worker's registration as its socket closes
+        deadline = time.monotonic() + self.COME_BACK_S
+        while time.monotonic() < deadline:
+            try:
+                servers = queue_status(self.tracker, timeout_s=1.0).get("server_info", [])
+            except TrackerError:
+                return False
+            if any(f"{s['addr'][0]}:{s['addr'][1]}" == address for s in servers):
+                return True
+            time.sleep(0.2)
+        return False

@@ -13,9 +13,24 @@ import threading
 
 import numpy as np
 import pytest
-from measure_kernels import N, RPC_KEY, half_written_module, matmul_module, scale_module, slow_module
+from measure_kernels import (
+    RPC_KEY,
+    N,
+    crash_module,
+    half_written_module,
+    matmul_module,
+    scale_module,
+    slow_module,
+)
 
-from measure import Builder, BuildResult, KernelReference, LocalRPC, MeasureConfig, Runner
+from measure import (
+    Builder,
+    BuildResult,
+    KernelReference,
+    LocalRPC,
+    MeasureConfig,
+    Runner,
+)
 from measure.tvmapi import make_target
 
 KERNELS = {
@@ -23,6 +38,8 @@ KERNELS = {
     "scale2": lambda: scale_module(2.0),
     "half_written": half_written_module,
     "slow": slow_module,
+    "second": lambda: slow_module(outer_bits=10),
+    "crash": crash_module,
 }
 
 

@@ -41,10 +41,13 @@ def half_written_module() -> tvm.IRModule:
     return _module(_half_written)
 
 
-def slow_module() -> tvm.IRModule:
-    """A 2**36-step sequential float reduction into one element: about a minute on a CPU."""
+def slow_module(outer_bits: int = 16) -> tvm.IRModule:
+    """A 2**(outer_bits + 20)-step sequential float reduction into one element.
+
+    The default (2**36 steps) takes about a minute on a CPU; ``outer_bits=10`` about a second.
+    """
     a = te.placeholder((N,), "float32", name="A")
-    k1 = te.reduce_axis((0, 1 << 16), "k1")
+    k1 = te.reduce_axis((0, 1 << outer_bits), "k1")
     k2 = te.reduce_axis((0, 1 << 20), "k2")
     c = te.compute((1,), lambda _: te.sum(a[(k1 + k2) % N] * a[k2 % N], axis=[k1, k2]), name="C")
     return _module(te.create_prim_func([a, c]))
@@ -56,3 +59,15 @@ def unbuildable_module() -> tvm.IRModule:
     a = te.placeholder((N,), "float32", name="A")
     c = te.compute((N,), lambda i: a[i] * n.astype("float32"), name="C")
     return _module(te.create_prim_func([a, c]))
+
+
+@T.prim_func
+def _crash(A: T.Buffer((N,), "float32"), C: T.Buffer((N,), "float32")):
+    # Reads a terabyte past the end of A: the process running it dies of SIGSEGV.
+    for i in range(N):
+        C[i] = A[T.Cast("int64", i) + T.int64(1 << 40)]
+
+
+def crash_module() -> tvm.IRModule:
+    """A kernel that crashes the process that runs it (an out-of-bounds read)."""
+    return _module(_crash)

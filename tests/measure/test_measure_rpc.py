@@ -134,7 +134,7 @@ def test_local_rpc_exit_ends_all_its_processes():
     with LocalRPC(key="measure-exit") as rpc:
         started = [p for p in me.children(recursive=True) if p not in before]
         servers = [TrackerAddress(*s["addr"]) for s in queue_status(rpc.address)["server_info"]]
-    assert len(started) >= 4  # tracker and server, each with its serving child
+    assert len(started) >= 3  # the tracker with its serving child, and the worker
     assert len(servers) == 1
 
     deadline = time.monotonic() + 5

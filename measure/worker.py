@@ -1,0 +1,79 @@
+"""A measurement worker: TVM's RPC server, registered with a tracker, that survives crashing kernels.
+
+TVM's RPC server serves each session in a forked process. When that process dies
+(a kernel that segfaults), TVM's listening loop raises and the server stays up
+without serving or being registered. This module runs TVM's own listening loop
+and re-enters it after such a failure (and after a tracker that stayed away
+longer than TVM's 60 s reconnection window), on the same socket, so the worker
+registers again under the same address.
+
+The worker runs any code it is sent: it binds to 127.0.0.1 unless told otherwise
+and must only be exposed to trusted networks.
+
+Run as ``python -m measure.worker --tracker HOST:PORT --key KEY [--host H] [--port P]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import time
+
+logger = logging.getLogger("measure.worker")
+
+
+def bind(host: str, port: int, port_end: int) -> tuple[socket.socket, int]:
+    """A listening socket on the first free port of ``[port, port_end)``.
+
+    Raises
+    ------
+    OSError
+        When no port of the range is free.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    for candidate in range(port, port_end):
+        try:
+            sock.bind((host, candidate))
+        except OSError:
+            continue
+        sock.listen(1)
+        return sock, candidate
+    sock.close()
+    raise OSError(f"no free port in [{port}, {port_end}) on {host}")
+
+
+def serve(tracker: tuple[str, int], key: str, host: str = "127.0.0.1", port: int = 9090,
+          port_end: int = 9199) -> None:
+    """Serve RPC sessions for ``key`` forever (until a signal ends the process)."""
+    from tvm.rpc import (
+        server as tvm_server,  # TVM's loop: register, accept, fork a session
+    )
+
+    sock, bound = bind(host, port, port_end)
+    logger.info("worker for RPC key %r on %s:%d, tracker %s:%d", key, host, bound, *tracker)
+    while True:
+        try:
+            tvm_server._listen_loop(sock, bound, key, tracker, None, None)
+        except RuntimeError as err:  # a session's process died, or the tracker stayed away
+            logger.warning("serving again after: %s", err)
+            time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the command line and serve."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tracker", required=True, help="tracker HOST:PORT")
+    parser.add_argument("--key", required=True, help="RPC key of this device's pool")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (trusted networks only)")
+    parser.add_argument("--port", type=int, default=9090, help="first port to try")
+    parser.add_argument("--port-end", type=int, default=9199, help="end of the port range")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    host, _, port = args.tracker.rpartition(":")
+    serve((host, int(port)), args.key, args.host, args.port, args.port_end)
+
+
+if __name__ == "__main__":
+    main()
