@@ -84,7 +84,8 @@ class BatchMeasurer:
             else:
                 r = next(runs)
                 records.append(MeasureRecord(status=r.status, times_s=r.times_s, error=r.error,
-                                             build_time_s=b.build_time_s, **common))
+                                             build_time_s=b.build_time_s,
+                                             **dict(common, worker=r.worker or self.runner.worker_name)))
         self.db.add_measure_results(records)
         for b in builds:
             if b.artifact_path:
