@@ -142,6 +142,14 @@ def test_one_workload_database(one_workload_db):
     ],
     ids=["missing-file", "refused", "unknown-backend", "foreign-sqlite", "not-sqlite"],
 )
+def test_url_comes_from_the_argument_then_tune_db_then_the_local_file(monkeypatch):
+    monkeypatch.setenv("TUNE_DB", "sqlite:///from-env.db")
+    assert an.resolve_db_url("sqlite:///given.db") == "sqlite:///given.db"
+    assert an.resolve_db_url(None) == "sqlite:///from-env.db"
+    monkeypatch.delenv("TUNE_DB")
+    assert an.resolve_db_url(None) == "sqlite:///tune.db"
+
+
 def test_unreadable_databases_fail_with_one_line(tmp_path, url, message):
     conn = sqlite3.connect(tmp_path / "other.db")
     conn.execute("CREATE TABLE notes (x TEXT)")
