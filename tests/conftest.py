@@ -71,11 +71,12 @@ def empty_db(tmp_path_factory) -> str:
     return url
 
 
-def copy_workload(source_url: str, dest_url: str, workload_index: int = 0) -> str:
+def copy_workload(source_url: str, dest_url: str, workload_index: int = 0, session_source: str | None = None) -> str:
     """Copy one workload of ``source_url`` (a SQLite URL) with its target, candidates and measurements to ``dest_url``.
 
     Returns the copied workload's hash. Writes through ``database.Database``, so
-    the copy is what a tuning run would have recorded.
+    the copy is what a tuning run would have recorded; with ``session_source`` the
+    measurements belong to a new session of that model source, else to none.
     """
     from database import (
         CandidateRecord,
@@ -100,12 +101,13 @@ def copy_workload(source_url: str, dest_url: str, workload_index: int = 0) -> st
     src.close()
     with open_database(dest_url) as db:
         db.add_workload(workload)
+        session = db.start_session({}, session_source, "copied") if session_source else None
         for target_json, key, trace, status, times, build_s, error, worker in rows:
             target, cand = TargetRecord(target_json, key), CandidateRecord(wh, trace)
             db.add_target(target)
             db.add_candidates([cand])
             db.add_measure_results([MeasureRecord(cand.candidate_hash, wh, target.target_hash, status,
-                                                  tuple(json.loads(times)), build_s, error, worker)])
+                                                  tuple(json.loads(times)), build_s, error, worker, session)])
     return wh
 
 

@@ -190,8 +190,7 @@ def _assemble(url: str, f: dict[str, pd.DataFrame]) -> TuningData:
     m["source"] = [
         METASCHEDULE if _is_metaschedule(w) or s == METASCHEDULE else OURS for w, s in zip(m.worker, m.source)
     ]
-    for col in ("created_at",):
-        m[col] = pd.to_datetime(m[col])
+    m["created_at"] = pd.to_datetime(m.created_at)
     cost_models = f["cost_models"]
     cost_models["metrics"] = [json.loads(x) for x in cost_models.metrics]
     cost_models["created_at"] = pd.to_datetime(cost_models.created_at)
@@ -380,9 +379,3 @@ def session_curves(data: TuningData | None) -> pd.DataFrame:
             rows.append((int(session), row.model_source, key, trial, len(best), sum(best.values()) if best else np.nan))
     return pd.DataFrame(rows, columns=["session_id", "model_source", "key", "trial", "workloads", "total_best_s"])
 
-
-def require_workloads(data: TuningData | None, n: int, what: str) -> None:
-    """Raise :class:`AnalysisError` unless at least ``n`` workloads have a successful measurement."""
-    have = require_measurements(data).workload_hash.nunique()
-    if have < n:
-        raise AnalysisError(f"{what} needs at least {n} workloads with a successful measurement; {data.url} has {have}")

@@ -107,9 +107,10 @@ def model_versions(versions: pd.DataFrame) -> Figure:
     for key, g in versions.groupby("key"):
         ax.plot(g.created_at, g.record_count, marker="o", label=f"records ({key})")
     ax.set(xlabel="stored at (UTC)", ylabel="training records", title="Cost model versions")
-    if "top1" in versions and versions.top1.notna().any():
+    top1 = next((c for c in versions.columns if c.split(".")[-1] == "top1" and versions[c].notna().any()), None)
+    if top1:
         ax2 = ax.twinx()
-        ax2.plot(versions.created_at, versions.top1, color="C3", marker="s", linestyle=":", label="held-out top-1")
+        ax2.plot(versions.created_at, versions[top1], color="C3", marker="s", linestyle=":", label="held-out top-1")
         ax2.set(ylabel="held-out top-1 score", ylim=(0, 1.05))
         ax2.legend(fontsize="x-small", loc="lower right")
     ax.legend(fontsize="x-small", loc="upper left")

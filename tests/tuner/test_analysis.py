@@ -127,8 +127,19 @@ def test_one_workload_database(one_workload_db):
         an.session_curves(data)
     with pytest.raises(an.AnalysisError, match="no cost model version"):
         acm.model_versions(data)
-    with pytest.raises(an.AnalysisError, match="needs at least 2 workloads .* has 1$"):
-        an.require_workloads(data, 2, "a cross-workload comparison")
+
+
+def test_metaschedule_curves_beside_ours(tuned_db, tmp_path, copy_workload):
+    url = f"sqlite:///{tmp_path / 'both.db'}"
+    copy_workload(tuned_db, url, session_source="qwen3-tiny prefill")
+    copy_workload(tuned_db, url, session_source="MetaSchedule log tuning_record.json")
+    data = an.load(url)
+    assert an.has_metaschedule(data)
+    curves = an.tuning_curves(data)
+    ours, theirs = (curves[curves.source == s] for s in (an.OURS, an.METASCHEDULE))
+    assert len(ours) == len(theirs) > 0 and list(theirs.trial) == list(range(1, len(theirs) + 1))
+    fig = plots.tuning_curves(curves)
+    assert [line.get_linestyle() for line in fig.axes[0].get_lines()] == ["-", "--"]
 
 
 @pytest.mark.parametrize(
