@@ -1,0 +1,106 @@
+"""``python -m bench [--quick] [--only NAME ...] [--out DIR]``: run every benchmark, write BENCHMARKS.md.
+
+Each benchmark runs in its own subprocess (``python -m bench.<module> [--quick]
+--json``), so one that crashes, hangs past its time limit or is missing is
+listed in BENCHMARKS.md as "not run" with the reason, and the others go on. A
+benchmark module prints one JSON object on the last line of its stdout:
+``bench.common.BenchResult.to_json()`` (name, title, rows of what / ours /
+anchor / anchor_name / ratio / goal / met, notes, plot).
+
+The cost-model benchmark runs here, on the database the sample-efficiency
+benchmark leaves behind (``tune model eval --json``), against TenSet's published
+XGBoost figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+from .common import BenchResult, machine_info
+from .cost_model import run as run_cost_model
+from .markdown import write
+
+#: (name, module, title), in the order of BENCHMARKS.md.
+BENCHMARKS = [
+    ("kernels", "bench.kernels", "Kernels: Qwen3-0.6B GEMMs and GEMVs against BLAS, PyTorch and the roofline"),
+    ("sample_efficiency", "bench.sample_efficiency",
+     "Sample efficiency: best latency versus trials against MetaSchedule tune_tir"),
+    ("layer", "bench.layer", "End to end: the Qwen3-0.6B layer per stage against PyTorch eager and MetaSchedule"),
+    ("cost_model", None, "Cost model: held-out-workload ranking metrics against TenSet's published XGBoost"),
+    ("later_compile", "bench.later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"),
+    ("service", "bench.service", "Service: measurements per minute with 1 and 2 workers, overhead"),
+    ("database", "bench.database", "Database: query times at 1M measure records"),
+]
+
+
+def _module_path(module: str) -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *module.split(".")) + ".py"
+
+
+def run_module(name: str, module: str, title: str, quick: bool, timeout_s: float, env: dict) -> BenchResult:
+    """Run ``python -m module [--quick] --json``; its result, or "not run" with the reason."""
+    cmd = [sys.executable, "-m", module] + (["--quick"] if quick else []) + ["--json"]
+    shown = " ".join(["python", "-m", module] + cmd[3:])
+    if not os.path.exists(_module_path(module)):
+        return BenchResult.not_run(name, title, f"`{module}` does not exist yet.", shown)
+    start = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return BenchResult.not_run(name, title, f"stopped after its time limit of {timeout_s:.0f} s.", shown)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return BenchResult.not_run(name, title, f"exit status {proc.returncode}: " + " / ".join(tail), shown)
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
+    try:
+        data = json.loads(lines[-1])
+        result = BenchResult.from_json({**data, "name": name, "title": data.get("title") or title})
+    except (IndexError, ValueError, TypeError) as err:
+        return BenchResult.not_run(name, title, f"its --json output is not a suite result ({err}); it printed: "
+                                   + (lines[-1][:300] if lines else "nothing"), shown)
+    result.command = result.command or shown
+    result.seconds = result.seconds or time.time() - start
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen benchmarks and write BENCHMARKS.md and its plots under ``--out``."""
+    names = [b[0] for b in BENCHMARKS]
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and few trials: a smoke run")
+    parser.add_argument("--only", nargs="+", choices=names, metavar="NAME",
+                        help=f"run only these benchmarks ({', '.join(names)})")
+    parser.add_argument("--out", default=".", help="directory of BENCHMARKS.md and bench/plots/ (default: .)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds each benchmark may take (default: 240 quick, 14400 full)")
+    args = parser.parse_args(argv)
+    command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    machine = machine_info(command.strip())
+    timeout_s = args.timeout or (240.0 if args.quick else 14400.0)
+    chosen = [b for b in BENCHMARKS if not args.only or b[0] in args.only]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as work:
+        env = dict(os.environ, BENCH_WORK_DIR=work)
+        for name, module, title in chosen:
+            print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+            if module is None:
+                result = run_cost_model(work, quick=args.quick, title=title)
+            else:
+                result = run_module(name, module, title, args.quick, timeout_s, env)
+            print(f"[bench] {name}: {result.status} {result.reason} ({result.seconds:.0f} s)", file=sys.stderr,
+                  flush=True)
+            results.append(result)
+    path = write(results, machine, args.out)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

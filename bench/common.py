@@ -1,0 +1,196 @@
+"""Benchmark result records, this machine's description, and one timer for every contender.
+
+A benchmark returns a :class:`BenchResult`: rows of (what, ours, anchor, ratio,
+goal, met), a status (``ok`` or ``not run`` with the reason), free-form notes and
+plot data. Results travel as JSON between processes (each benchmark of another
+module runs as a subprocess and prints one JSON object), so records are plain
+dataclasses with ``to_json``/``from_json``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a benchmark table.
+
+    Attributes
+    ----------
+    what : str
+        What is compared (kernel, stage, metric), with its unit.
+    ours, anchor : float or None
+        Our figure and the anchor's, in the unit ``what`` names (None: not measured).
+    anchor_name : str
+        The anchor (``numpy``, ``MetaSchedule tune_tir``, ``TenSet XGBoost (published)``...).
+    ratio : float or None
+        The figure the goal is judged on (its meaning is in ``goal``).
+    goal : str
+        The goal in words, e.g. ``ratio >= 0.9``.
+    met : bool or None
+        Whether the goal is met; None when it could not be judged.
+    """
+
+    what: str
+    ours: float | None
+    anchor: float | None
+    anchor_name: str
+    ratio: float | None
+    goal: str
+    met: bool | None
+
+
+@dataclass
+class BenchResult:
+    """The outcome of one benchmark.
+
+    Attributes
+    ----------
+    name : str
+        Short name (``kernels``, ``sample_efficiency``, ``service``...), the ``--only`` key.
+    title : str
+        Heading in BENCHMARKS.md.
+    status : str
+        ``ok``, or ``not run`` when the benchmark could not run (``reason`` says why).
+    rows : list of Row
+        The table.
+    notes : list of str
+        Method and caveats, one sentence each.
+    plot : dict
+        Data for the benchmark's plot (``kind`` plus series), drawn by :mod:`bench.markdown`.
+    reason : str
+        Why the benchmark did not run (empty when it ran).
+    command : str
+        The command that produced it.
+    seconds : float
+        Wall time it took.
+    """
+
+    name: str
+    title: str
+    status: str = "ok"
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    plot: dict = field(default_factory=dict)
+    reason: str = ""
+    command: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        """Plain JSON values."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> BenchResult:
+        """The inverse of :meth:`to_json`."""
+        data = dict(data)
+        data["rows"] = [Row(**r) for r in data.get("rows", [])]
+        return cls(**data)
+
+    @classmethod
+    def not_run(cls, name: str, title: str, reason: str, command: str = "") -> BenchResult:
+        """A benchmark that could not run, with the reason."""
+        return cls(name=name, title=title, status="not run", reason=reason, command=command)
+
+
+def ratio_row(what: str, ours: float | None, anchor: float | None, anchor_name: str, goal_ratio: float,
+              goal: str, higher_is_better: bool = True) -> Row:
+    """A row whose ratio is ``ours / anchor`` (``anchor / ours`` when lower is better) and goal ``ratio >= goal_ratio``."""
+    if ours is None or anchor is None or ours <= 0 or anchor <= 0:
+        return Row(what, ours, anchor, anchor_name, None, goal, None)
+    ratio = ours / anchor if higher_is_better else anchor / ours
+    return Row(what, ours, anchor, anchor_name, ratio, goal, bool(ratio >= goal_ratio))
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module)
+        return str(getattr(mod, "__version__", "?"))
+    except Exception:  # noqa: BLE001 - a missing or broken package is reported, not raised
+        return "not installed"
+
+
+def machine_info(command: str) -> dict:
+    """This machine and run: CPU model, cores, host CPU name as LLVM sees it, versions, date, command."""
+    info = {
+        "cpu_model": _cpu_model(),
+        "cores": os.cpu_count() or 1,
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    for module in ("tvm", "torch", "numpy", "xgboost", "egglog", "sqlalchemy"):
+        info[module] = _version(module)
+    try:
+        from measure.tvmapi import host_cpu
+
+        info["llvm_cpu"] = host_cpu()
+    except Exception:  # noqa: BLE001
+        info["llvm_cpu"] = "?"
+    return info
+
+
+def median_time(call: Callable[[int], object], variants: int, repeat: int = 7, min_repeat_s: float = 0.05) -> float:
+    """Median seconds of one call, the same protocol for every contender.
+
+    ``call(i)`` runs the operation on argument set ``i`` (``0 <= i < variants``);
+    each repeat sweeps the argument sets in turn (so data that should come from
+    main memory is not left in cache by the previous call) and lasts at least
+    ``min_repeat_s`` seconds; one warm-up sweep first. Returns the median over
+    ``repeat`` repeats of (repeat time / calls).
+    """
+    for i in range(variants):
+        call(i)
+    start = time.perf_counter()
+    call(0)
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(variants, int(min_repeat_s / once) // variants * variants or variants)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for n in range(number):
+            call(n % variants)
+        times.append((time.perf_counter() - start) / number)
+    return statistics.median(times)
+
+
+def variants_for(bytes_per_set: int, floor_bytes: int = 64 << 20) -> int:
+    """Argument sets needed so one sweep touches at least ``floor_bytes`` (default 64 MiB, twice a 32 MiB LLC).
+
+    This is STREAM's sizing rule (arrays of at least 4x the cache, here summed over the sets) applied to weights.
+    """
+    return max(1, -(-floor_bytes // max(bytes_per_set, 1)))
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A number for a table (``-`` when missing)."""
+    if value is None:
+        return "-"
+    if value == 0 or 1e-3 <= abs(value) < 1e6:
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}e}"
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of a non-empty sequence."""
+    return statistics.median(values)

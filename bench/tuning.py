@@ -1,0 +1,242 @@
+"""Tuning a Qwen3 matmul kernel with our tuner and with TVM MetaSchedule, and timing the result.
+
+Ours is the product's own path: a Relax ``matmul`` lowered by ``tuner.kernels``
+into a kernel (workload), ``tuner.space.ScheduleSpace`` candidates, the
+``tuner.search.tune_kernel`` loop with the XGBoost ``ModelTrainer``, builds in
+``measure.Builder``'s process pool, runs on a real TVM RPC worker on 127.0.0.1
+(``measure.LocalRPC``) through ``measure.Runner``, every result recorded in a real
+SQLite tuning database. The anchor is ``tvm.s_tir.meta_schedule.tune_tir`` with
+its defaults (evolutionary search, XGBoost cost model, local builder and runner).
+
+Every best schedule, ours or MetaSchedule's, is then timed by the same timer
+(:func:`bench.common.median_time`) in this process, beside numpy and PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from database import CandidateRecord, MeasureRecord, TargetRecord, open_database
+from measure import LOCAL_KEY, Builder, LocalRPC, MeasureConfig, Runner
+from measure.tvmapi import apply_trace, host_cpu, make_target, target_json
+from tuner.kernels import Kernel, kernels_of, lower_to_kernels
+from tuner.measuring import BatchMeasurer
+from tuner.model_store import load_warm_model, save_model
+from tuner.search import ModelTrainer, SearchConfig, tune_kernel
+from tuner.space import ScheduleSpace
+
+from .common import median_time, variants_for
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """``out[M, N] = x[M, K] @ w[K, N]`` in float32 (a linear layer with its weight pre-transposed)."""
+
+    name: str
+    m: int
+    k: int
+    n: int
+
+    @property
+    def flops(self) -> float:
+        """2 M N K (a multiply-add counts 2)."""
+        return 2.0 * self.m * self.n * self.k
+
+    @property
+    def bytes_moved(self) -> float:
+        """Bytes of x, w and out in float32 (each read or written once: the roofline's minimum traffic)."""
+        return 4.0 * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+    def label(self) -> str:
+        """``name MxKxN``."""
+        return f"{self.name} {self.m}x{self.k}x{self.n}"
+
+
+def bench_target(cores: int | None = None) -> tvm.target.Target:
+    """This CPU as an LLVM target with ``cores`` threads (default all)."""
+    return make_target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": cores or os.cpu_count() or 1})
+
+
+def matmul_kernel(shape: MatmulShape) -> Kernel:
+    """The kernel TVM's standard lowering (``tuner.kernels``) makes of one Relax ``matmul``."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((shape.m, shape.k), "float32"))
+    w = relax.Var("w", relax.TensorType((shape.k, shape.n), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(x, w))
+        bb.emit_func_output(out)
+    (kernel,) = kernels_of(lower_to_kernels(bb.get()))
+    return kernel
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measurement in the order it was made: its candidate and median time (None: failed)."""
+
+    trace_json: str
+    median_s: float | None
+
+
+def best_so_far(trials: list[Trial], budget: int) -> Trial | None:
+    """The fastest successful trial among the first ``budget`` (by the tuner's own measurement)."""
+    ok = [t for t in trials[:budget] if t.median_s is not None]
+    return min(ok, key=lambda t: t.median_s) if ok else None
+
+
+class OurTuner:
+    """Our tuner on one SQLite database with a local tracker and one RPC worker (a context manager).
+
+    Parameters
+    ----------
+    db_url : str
+        SQLAlchemy URL of the tuning database.
+    target : tvm.target.Target
+        What to tune for.
+    config : MeasureConfig
+        The measurement protocol.
+    batch_size : int
+        Candidates per batch (the cost model retrains between batches).
+    """
+
+    def __init__(self, db_url: str, target, config: MeasureConfig | None = None, batch_size: int = 8) -> None:
+        self.db_url, self.target = db_url, target
+        self.config = config or MeasureConfig()
+        self.batch_size = batch_size
+        self.target_rec = TargetRecord(target_json(target), LOCAL_KEY)
+
+    def __enter__(self) -> OurTuner:
+        self.rpc = LocalRPC(key=LOCAL_KEY).__enter__()
+        self.db = open_database(self.db_url)
+        self.db.add_target(self.target_rec)
+        self.session_id = self.db.start_session({"bench": True}, "bench", "bench")
+        self.builder = Builder(self.target, timeout_s=self.config.timeout_s)
+        self.runner = Runner(self.rpc.address, self.rpc.key, self.config)
+        self.measurer = BatchMeasurer(self.db, self.builder, self.runner, self.target_rec, self.session_id,
+                                      lambda: None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.builder.close()
+        self.runner.close()
+        self.db.finish_session(self.session_id, "finished" if exc[0] is None else "failed")
+        self.db.close()
+        self.rpc.__exit__(*exc)
+
+    def trainer(self, warm: bool) -> ModelTrainer:
+        """A cost-model trainer: from the database's newest model for this target when ``warm``, else untrained."""
+        model = load_warm_model(self.db, self.target_rec.target_hash) if warm else None
+        if warm and model is None:
+            raise RuntimeError("no stored cost model for this target to start warm from")
+        return ModelTrainer(model)
+
+    def tune(self, kernel: Kernel, trials: int, trainer: ModelTrainer, seed: int = 0) -> list[Trial]:
+        """Tune ``kernel`` with ``trials`` measurements; returns them in the order measured."""
+        wh, th = kernel.workload.workload_hash, self.target_rec.target_hash
+        self.db.add_workload(kernel.workload)
+        space = ScheduleSpace(kernel.func, wh, self.target, seed=seed)
+        done: list[tuple[CandidateRecord, MeasureRecord]] = []
+
+        def measure(k, batch):
+            records = self.measurer.measure(k, batch)
+            by_hash = {r.candidate_hash: r for r in records}
+            done.extend((c.record, by_hash[c.record.candidate_hash]) for c in batch
+                        if c.record.candidate_hash in by_hash)
+            return records
+
+        tune_kernel(kernel, space, self.db.measured_candidates(wh, th), self.db.training_rows(th, [wh]), trainer,
+                    measure, SearchConfig(trials=trials, batch_size=self.batch_size, seed=seed))
+        return [Trial(c.trace_json, r.median_s if r.status == "ok" else None) for c, r in done]
+
+    def save_model(self, trainer: ModelTrainer) -> int | None:
+        """Store the trainer's model in the database (what a later warm start loads)."""
+        return save_model(self.db, self.target_rec.target_hash, trainer)
+
+
+def metaschedule_tune(kernel: Kernel, trials: int, target, work_dir: str, seed: int = 0,
+                      trials_per_iter: int = 64, build_timeout_s: float = 600.0) -> list[Trial]:
+    """Tune ``kernel`` with MetaSchedule's ``tune_tir`` (its defaults); returns its trials in the order measured.
+
+    The order comes from ``database_tuning_record.json``, which MetaSchedule
+    appends to as measurements arrive. The local builder's timeout is raised
+    from its 30 s default because each build batch starts new processes that
+    import TVM's tensor intrinsics, which takes longer than that on a loaded
+    machine; search and measurement are untouched.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    shutil.rmtree(work_dir, ignore_errors=True)
+    mod = tvm.IRModule({"main": kernel.func.with_attr("global_symbol", "main")})
+    ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=min(trials_per_iter, trials),
+                builder=ms.builder.LocalBuilder(timeout_sec=build_timeout_s), seed=seed)
+    out = []
+    with open(os.path.join(work_dir, "database_tuning_record.json"), encoding="utf-8") as fh:
+        for line in fh:
+            _, record = json.loads(line)
+            trace, run_secs = record[0], record[1]
+            ok = run_secs and all(0 < s < 1e9 for s in run_secs)
+            out.append(Trial(json.dumps(trace), float(np.median(run_secs)) if ok else None))
+    return out
+
+
+def compile_trace(kernel: Kernel, trace_json: str, target):
+    """The kernel scheduled by ``trace_json`` (empty trace: unscheduled), built for ``target``; its ``main``."""
+    mod = apply_trace(kernel.func.with_attr("global_symbol", "main"), trace_json)
+    return tvm.compile(mod, target=target)["main"]
+
+
+class MatmulData:
+    """Random float32 inputs for a shape: ``variants`` weight copies so a timing sweep streams weights from memory."""
+
+    def __init__(self, shape: MatmulShape, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.shape = shape
+        self.variants = variants_for(4 * shape.k * shape.n, max(64 << 20, 2 * _llc_bytes()))
+        self.x = rng.uniform(-1, 1, (shape.m, shape.k)).astype("float32")
+        self.ws = [rng.uniform(-1, 1, (shape.k, shape.n)).astype("float32") for _ in range(self.variants)]
+        self.expected = self.x @ self.ws[0]
+
+
+def _llc_bytes() -> int:
+    sizes = []
+    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+        try:
+            sizes.append(int(os.sysconf(name)))
+        except (ValueError, OSError):
+            pass
+    return max([s for s in sizes if s > 0] or [32 << 20])
+
+
+def time_tvm(func, data: MatmulData, repeat: int = 7) -> float:
+    """Median seconds of one call of a built kernel (checked against numpy first)."""
+    dev = tvm.cpu()
+    x = tvm.runtime.tensor(data.x, dev)
+    ws = [tvm.runtime.tensor(w, dev) for w in data.ws]
+    out = tvm.runtime.empty((data.shape.m, data.shape.n), "float32", dev)
+    func(x, ws[0], out)
+    np.testing.assert_allclose(out.numpy(), data.expected, rtol=1e-3, atol=1e-3)
+    return median_time(lambda i: func(x, ws[i], out), data.variants, repeat)
+
+
+def time_numpy(data: MatmulData, repeat: int = 7) -> float:
+    """Median seconds of ``numpy.matmul`` (its BLAS) into a preallocated output."""
+    out = np.empty((data.shape.m, data.shape.n), "float32")
+    return median_time(lambda i: np.matmul(data.x, data.ws[i], out=out), data.variants, repeat)
+
+
+def time_torch(data: MatmulData, repeat: int = 7) -> float:
+    """Median seconds of ``torch.matmul`` (eager, CPU) into a preallocated output."""
+    import torch
+
+    x = torch.from_numpy(data.x)
+    ws = [torch.from_numpy(w) for w in data.ws]
+    out = torch.empty((data.shape.m, data.shape.n), dtype=torch.float32)
+    with torch.inference_mode():
+        return median_time(lambda i: torch.matmul(x, ws[i], out=out), data.variants, repeat)

@@ -1,0 +1,59 @@
+"""BENCHMARKS.md writer and the suite runner's handling of missing or failing benchmarks."""
+
+import json
+import os
+
+from bench.__main__ import run_module
+from bench.common import BenchResult, Row, median_time, ratio_row
+from bench.markdown import render, write
+
+MACHINE = {"command": "python -m bench --quick", "date": "today", "cpu_model": "test cpu", "cores": 2}
+
+
+def test_ratio_row_judges_goal_both_directions():
+    faster = ratio_row("latency", 1.0, 2.0, "anchor", 1.0, "anchor/ours >= 1", higher_is_better=False)
+    slower = ratio_row("GFLOP/s", 1.0, 2.0, "anchor", 0.9, "ours/anchor >= 0.9")
+    missing = ratio_row("GFLOP/s", None, 2.0, "anchor", 0.9, "ours/anchor >= 0.9")
+    assert (faster.ratio, faster.met) == (2.0, True)
+    assert (slower.ratio, slower.met) == (0.5, False)
+    assert (missing.ratio, missing.met) == (None, None)
+
+
+def test_render_states_unmet_goals_and_not_run_benchmarks(tmp_path):
+    ok = BenchResult("kernels", "Kernels", rows=[Row("gemm GFLOP/s", 10.0, 20.0, "numpy", 0.5, "ours/numpy >= 0.9",
+                                                     False)], notes=["a note"], command="python -m bench.kernels")
+    missing = BenchResult.not_run("service", "Service", "`bench.service` does not exist yet.")
+    path = write([ok, missing], MACHINE, str(tmp_path))
+    text = open(path).read()
+    assert "| gemm GFLOP/s | 10 | numpy | 20 | 0.5 | ours/numpy >= 0.9 | **no** |" in text
+    assert "**Not run.** `bench.service` does not exist yet." in text
+    assert "| [Service](#service) | **not run**" in text
+    assert os.path.getsize(tmp_path / "bench" / "plots" / "kernels.png") > 0
+    assert "bench/plots/kernels.png" in text
+    assert not (tmp_path / "bench" / "plots" / "service.png").exists()
+
+
+def test_render_round_trips_json():
+    res = BenchResult("x", "X", rows=[Row("a", 1.0, 2.0, "b", 0.5, "g", None)], plot={"kind": "ratios"})
+    again = BenchResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert again == res
+    assert "| a | 1 | b | 2 | 0.5 | g | - |" in render([again], MACHINE, {})
+
+
+def test_run_module_reports_missing_and_failing_modules(tmp_path, monkeypatch):
+    missing = run_module("nope", "bench.no_such_benchmark", "Nope", True, 30, dict(os.environ))
+    assert missing.status == "not run" and "does not exist" in missing.reason
+    failing = tmp_path / "failing_bench.py"
+    failing.write_text("import sys\nprint('partial output')\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr("bench.__main__._module_path", lambda module: str(failing))
+    failed = run_module("failing", "failing_bench", "Failing", True, 30, env)
+    assert failed.status == "not run" and "exit status 3" in failed.reason
+
+
+def test_median_time_counts_calls_per_argument_set():
+    calls = []
+    seconds = median_time(lambda i: calls.append(i), variants=3, repeat=3, min_repeat_s=0.001)
+    assert seconds > 0
+    assert set(calls) == {0, 1, 2}
