@@ -56,8 +56,8 @@ NodeCost = Callable[[str, "Shape | None", "str | None", "list[Shape | None]"], "
 ``op_name`` is the constructor name (``"dense"``, ``"matmul"``, ``"silu_mul_dense"``...)
 or, for opaque nodes, the Relax op name (``"relax.nn.softmax"``).  ``out_shape`` and the
 ``arg_shapes`` of the tensor arguments are static shapes or None when unknown; ``dtype``
-is the output dtype.  For ``"merged_dense"`` the shapes are those of the whole merged
-GEMM (``[..., sum N]`` and the concatenated weight ``[sum N, K]``).  None means "use
+is the output dtype.  For ``"merged_dense"`` and ``"merged_dense_bias"`` the shapes are
+those of the whole merged GEMM (``[..., sum N]`` and the concatenated weight ``[sum N, K]``).  None means "use
 :func:`default_node_cost`".  Leaves, tuples and tuple items are not asked (they are free).
 """
 
@@ -67,7 +67,17 @@ FORBIDDEN_S = 1e3
 """Added to e-nodes of forbidden rewrite families: far above any real program latency."""
 
 _FREE = frozenset({"Tensor.var", "Tensor.const", "make_tuple", "get_item"})
-_GEMMS = {"matmul": 1, "dense": 1, "merged_dense": 1, "dense_add": 1, "silu_mul_dense": 2}
+_GEMMS = {
+    "matmul": 1,
+    "dense": 1,
+    "merged_dense": 1,
+    "dense_add": 1,
+    "silu_mul_dense": 2,
+    "dense_bias": 1,
+    "merged_dense_bias": 1,
+    "rms_norm_dense": 1,
+}
+_MERGED = {"merged_dense": 2, "merged_dense_bias": 3}  # name -> position of ``begin``
 
 # Default latency model: a kernel launch plus the larger of memory and compute time.
 _LAUNCH_S = 2e-6
@@ -140,7 +150,10 @@ STRATEGIES: dict[str, frozenset[str]] = {
     "all": frozenset(REWRITE_NODES.values()),
     "transpose_fold": frozenset({"transpose_fold"}),
     "merge": frozenset({"transpose_fold", "merge"}),
-    "epilogue": frozenset({"transpose_fold", "silu", "epilogue_silu_mul", "epilogue_add"}),
+    "epilogue": frozenset(
+        {"transpose_fold", "silu", "epilogue_silu_mul", "epilogue_add", "epilogue_bias"}
+    ),
+    "prologue": frozenset({"transpose_fold", "rms_norm", "prologue_rms_norm"}),
     "none": frozenset(),
 }
 """Extraction strategies for :func:`enumerate_candidates`: the rewrite families each
@@ -253,9 +266,10 @@ class LatencyCostModel:
         op = name
         if name == "Tensor.opaque":
             op = str(args[0].__egg_typed_expr__.expr.value)
-        elif name == "merged_dense":
+        elif name in _MERGED:
             wcat = arg_shapes[1] if len(arg_shapes) > 1 else None
-            begin, end = (int(a.__egg_typed_expr__.expr.value) for a in args[2:4])
+            at = _MERGED[name]
+            begin, end = (int(a.__egg_typed_expr__.expr.value) for a in args[at : at + 2])
             if out is not None and wcat:
                 share = (end - begin) / wcat[0]
                 out = (*out[:-1], wcat[0])

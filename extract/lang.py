@@ -30,6 +30,16 @@ Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
 ``merged_dense(x, Wcat, begin, end)``      columns ``[begin, end)`` of ``dense(x, Wcat)``
 ``dense_add(x, W, r)``                     ``x @ W^T + r`` (``r`` has the output shape)
 ``silu_mul_dense(x, Wg, Wu)``              ``silu(x @ Wg^T) * (x @ Wu^T)``
+``dense_bias(x, W, b)``                    ``x @ W^T + b``; ``b [N]`` broadcast over rows
+``merged_dense_bias(x, Wc, bc, i, j)``     columns ``[i, j)`` of ``dense_bias(x, Wc, bc)``
+``square(a)``                              ``relax.power(a, 2.0)``
+``mean_last(a)``                           ``relax.mean(a, axis=[-1], keepdims=True)``
+``rsqrt(a)``                               ``relax.rsqrt(a)``
+``rms_norm(x, g, eps)``                    ``x * rsqrt(mean_last(x^2) + eps) * g``; ``g [H]``,
+                                           ``eps`` a scalar constant (RMSNorm, Zhang and
+                                           Sennrich 2019)
+``rms_norm_dense(x, g, eps, W)``           ``dense(rms_norm(x, g, eps), W)`` in one kernel
+                                           (the norm as the GEMM's prologue)
 =========================================  =============================================
 
 ``merged_dense`` is how a merged GEMM appears: the parts of one merged product share the
@@ -53,22 +63,29 @@ __all__ = [
     "concat",
     "dense",
     "dense_add",
+    "dense_bias",
     "dtype",
     "get_item",
     "ints",
     "make_tuple",
     "matmul",
+    "mean_last",
     "merged_dense",
+    "merged_dense_bias",
     "multiply",
     "node_args",
     "node_name",
     "order",
     "permute_dims",
     "reshape",
+    "rms_norm",
+    "rms_norm_dense",
+    "rsqrt",
     "shape",
     "sigmoid",
     "silu",
     "silu_mul_dense",
+    "square",
     "subterms",
 ]
 
@@ -146,6 +163,36 @@ def silu_mul_dense(x: Tensor, wg: Tensor, wu: Tensor) -> Tensor: ...
 
 
 @function
+def dense_bias(x: Tensor, w: Tensor, b: Tensor) -> Tensor: ...
+
+
+@function
+def merged_dense_bias(
+    x: Tensor, wcat: Tensor, bcat: Tensor, begin: i64Like, end: i64Like
+) -> Tensor: ...
+
+
+@function
+def square(a: Tensor) -> Tensor: ...
+
+
+@function
+def mean_last(a: Tensor) -> Tensor: ...
+
+
+@function
+def rsqrt(a: Tensor) -> Tensor: ...
+
+
+@function
+def rms_norm(x: Tensor, g: Tensor, eps: Tensor) -> Tensor: ...
+
+
+@function
+def rms_norm_dense(x: Tensor, g: Tensor, eps: Tensor, w: Tensor) -> Tensor: ...
+
+
+@function
 def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
     """Static shape of a tensor e-class (absent for symbolic shapes and tuples)."""
 
@@ -173,11 +220,16 @@ REWRITE_NODES: dict[str, str] = {
     "silu": "silu",
     "silu_mul_dense": "epilogue_silu_mul",
     "dense_add": "epilogue_add",
+    "dense_bias": "epilogue_bias",
+    "merged_dense_bias": "merge",
+    "rms_norm": "rms_norm",
+    "rms_norm_dense": "prologue_rms_norm",
 }
 
 NODE_NAMES: frozenset[str] = frozenset(
     "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "
-    "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense".split()
+    "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense dense_bias "
+    "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense".split()
 )
 """Names of the term-language constructors as egglog prints them (its e-nodes)."""
 

@@ -9,7 +9,12 @@ arguments; the rewritten constructors become kernels:
 - the parts of a merged GEMM (``merged_dense`` nodes sharing ``x`` and the
   concatenated weight): ``relax.op.concat`` of the weights, one ``dense`` and one
   ``relax.op.split``; each part is an item of the split;
-- ``dense_add`` and ``silu_mul_dense``: one TE PrimFunc each, GEMM plus epilogue.
+- ``dense_add``, ``dense_bias`` and ``silu_mul_dense``: one TE PrimFunc each, GEMM
+  plus epilogue; the parts of a merged biased GEMM (``merged_dense_bias``) are one
+  ``dense_bias`` over the concatenated weights and biases, split;
+- ``rms_norm``: ``relax.op.nn.rms_norm`` over the last axis; ``rms_norm_dense``: one TE
+  PrimFunc, the row statistics then the GEMM with the norm applied to its operand;
+- ``square``, ``mean_last``, ``rsqrt``: the Relax ops they were translated from.
 
 All TVM calls that build Relax live in this module.
 """
@@ -137,7 +142,29 @@ class _Lowerer:
         if name == "dense":
             return bb.emit_te(dense_te, v[0], v[1], primfunc_name_hint="dense")
         if name == "merged_dense":
-            return self._merged_part(args, v[0], v[1], _lit(args[2]), _lit(args[3]))
+            return self._merged_part(args, v[0], v[1], None, _lit(args[2]), _lit(args[3]))
+        if name == "merged_dense_bias":
+            return self._merged_part(args, v[0], v[1], v[2], _lit(args[3]), _lit(args[4]))
+        if name == "dense_bias":
+            return bb.emit_te(dense_bias_te, v[0], v[1], v[2], primfunc_name_hint="dense_bias")
+        if name == "square":
+            return bb.emit(relax.op.power(v[0], relax.const(2.0, v[0].ty.dtype)))
+        if name == "mean_last":
+            return bb.emit(relax.op.mean(v[0], axis=[-1], keepdims=True))
+        if name == "rsqrt":
+            return bb.emit(relax.op.rsqrt(v[0]))
+        if name == "rms_norm":
+            eps = self._scalar(args[2])
+            return bb.emit(relax.op.nn.rms_norm(v[0], v[1], axes=[-1], epsilon=eps))
+        if name == "rms_norm_dense":
+            eps = self._scalar(args[2])
+            return bb.emit_te(
+                lambda x, g, w: rms_norm_dense_te(x, g, w, eps),
+                v[0],
+                v[1],
+                v[3],
+                primfunc_name_hint="rms_norm_dense",
+            )
         if name == "dense_add":
             return bb.emit_te(dense_add_te, v[0], v[1], v[2], primfunc_name_hint="dense_add")
         if name == "silu_mul_dense":
@@ -145,6 +172,13 @@ class _Lowerer:
                 silu_mul_dense_te, v[0], v[1], v[2], primfunc_name_hint="silu_mul_dense"
             )
         raise LoweringError(f"cannot lower node {name!r}")
+
+    def _scalar(self, term: Any) -> float:
+        """The Python value of a scalar tensor constant leaf (an RMSNorm epsilon)."""
+        const = self.memo[term.__egg_typed_expr__]
+        if not isinstance(const, tvm.ir.GenericConst) or tuple(const.value.shape) != ():
+            raise LoweringError(f"expected a scalar constant, got {term}")
+        return float(const.value.numpy())
 
     def _table(self, table: dict[str, Any], key: str) -> Any:
         if key not in table:
@@ -165,13 +199,21 @@ class _Lowerer:
         args = [fill(t) for t in spec.args]
         return self.bb.emit(relax.Call(spec.op, args, spec.attrs, list(spec.ty_args)))
 
-    def _merged_part(self, args: tuple, x: Any, wcat: Any, begin: int, end: int) -> Any:
-        """One part of a merged GEMM: the whole GEMM and split are emitted once."""
-        group = (args[0].__egg_typed_expr__, args[1].__egg_typed_expr__)
+    def _merged_part(
+        self, args: tuple, x: Any, wcat: Any, bcat: Any, begin: int, end: int
+    ) -> Any:
+        """One part of a merged GEMM (biased when ``bcat`` is given): the whole GEMM and
+        split are emitted once."""
+        group = tuple(a.__egg_typed_expr__ for a in args[: 2 if bcat is None else 3])
         if group not in self.splits:
             weights = node_args(node_args(args[1])[0]) if node_name(args[1]) == "concat" else ()
             rows = [static_shape(self.memo[w.__egg_typed_expr__].ty) for w in weights]
-            product = self.bb.emit_te(dense_te, x, wcat, primfunc_name_hint="dense")
+            if bcat is None:
+                product = self.bb.emit_te(dense_te, x, wcat, primfunc_name_hint="dense")
+            else:
+                product = self.bb.emit_te(
+                    dense_bias_te, x, wcat, bcat, primfunc_name_hint="dense_bias"
+                )
             ndim = len(static_shape(product.ty) or ())
             bounds = [0]
             for shape in rows:
@@ -282,3 +324,35 @@ def silu_mul_dense_te(x: te.Tensor, wg: te.Tensor, wu: te.Tensor) -> te.Tensor:
     g = _gemm(x, wg, "gate")
     u = _gemm(x, wu, "up")
     return te.compute(g.shape, lambda *i: g[i] * te.sigmoid(g[i]) * u[i], name="silu_mul_dense")
+
+
+def dense_bias_te(x: te.Tensor, w: te.Tensor, b: te.Tensor) -> te.Tensor:
+    """TE of ``dense_bias``: ``x @ w^T + b`` for ``b [N]`` (broadcast over rows)."""
+    y = _gemm(x, w, "dense")
+    return te.compute(y.shape, lambda *i: y[i] + b[i[-1]], name="dense_bias")
+
+
+def rms_norm_dense_te(x: te.Tensor, g: te.Tensor, w: te.Tensor, eps: float) -> te.Tensor:
+    """TE of ``rms_norm_dense``: ``rms_norm(x, g, eps) @ w^T`` in one PrimFunc.
+
+    ``x [..., K]``, ``g [K]``, ``w [N, K]`` -> ``[..., N]``.  Per row, the scale
+    ``rsqrt(sum(x^2) / K + eps)`` is computed first; the GEMM reads ``x * g`` and the
+    scale multiplies each output (RMSNorm, Zhang and Sennrich 2019: ``x / rms(x) * g``).
+    """
+    size = x.shape[-1]
+    k = te.reduce_axis((0, size), name="k")
+    sumsq = te.compute(
+        x.shape[:-1], lambda *i: te.sum(x[(*i, k)] * x[(*i, k)], axis=k), name="sumsq"
+    )
+    scale = te.compute(
+        x.shape[:-1],
+        lambda *i: te.rsqrt(sumsq[i] / te.const(int(size), x.dtype) + te.const(eps, x.dtype)),
+        name="rms_scale",
+    )
+    j = te.reduce_axis((0, size), name="j")
+    y = te.compute(
+        (*x.shape[:-1], w.shape[0]),
+        lambda *i: te.sum(x[(*i[:-1], j)] * g[j] * w[i[-1], j], axis=j),
+        name="dense",
+    )
+    return te.compute(y.shape, lambda *i: y[i] * scale[i[:-1]], name="rms_norm_dense")

@@ -22,10 +22,19 @@ ruleset                rewrite
                        -> ``silu_mul_dense(x, Wg, Wu)``
 ``epilogue_add``       ``add(r, dense(x, W))`` (either order, also through the reshape
                        the frontend puts around the product) -> ``dense_add(x, W, r)``
+``epilogue_bias``      ``add(b, dense(x, W))`` (either order) -> ``dense_bias(x, W, b)``
+                       when ``b`` is ``[N]`` for ``W [N, K]`` and of the product's dtype
+``rms_norm``           ``g * (x * rsqrt(mean_last(square(x)) + eps))`` (either order of
+                       each product) -> ``rms_norm(x, g, eps)`` when ``g`` is ``[H]`` for
+                       ``x [..., H]``, ``eps`` a scalar, one dtype; and
+                       ``reshape(rms_norm(x, g, eps), s)`` ->
+                       ``rms_norm(reshape(x, s), g, eps)`` when ``s`` keeps the last axis
+``prologue_rms_norm``  ``dense(rms_norm(x, g, eps), W)`` -> ``rms_norm_dense(x, g, eps, W)``
 =====================  ===============================================================
 
 Merges need weights (values with an :func:`~extract.lang.order`) and list them in
-increasing order, so each set of weights is merged once.
+increasing order, so each set of weights is merged once.  The merge rulesets merge
+``dense_bias`` GEMMs too (weights and biases concatenated alike).
 """
 
 from __future__ import annotations
@@ -51,22 +60,29 @@ from .lang import (
     concat,
     dense,
     dense_add,
+    dense_bias,
     dtype,
     matmul,
+    mean_last,
     merged_dense,
+    merged_dense_bias,
     multiply,
     order,
     permute_dims,
     reshape,
+    rms_norm,
+    rms_norm_dense,
+    rsqrt,
     shape,
     sigmoid,
     silu,
     silu_mul_dense,
+    square,
 )
 
 __all__ = ["ANALYSIS", "FAMILIES", "RULESETS", "merge_rules"]
 
-a, b, d, r, t, w, w2, x = vars_("a b d r t w w2 x", Tensor)
+a, b, d, e, g, r, t, w, w2, x = vars_("a b d e g r t w w2 x", Tensor)
 s, s2, sa, sw = vars_("s s2 sa sw", Vec[i64])
 k, begin, end = vars_("k begin end", i64)
 dt = var("dt", String)
@@ -77,6 +93,14 @@ dt = var("dt", String)
 _SHAPE_TABLE = [
     (sigmoid(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (silu(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (square(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (rsqrt(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (
+        mean_last(a),
+        [eq(sa).to(shape(a)), eq(s).to(sa.set(sa.length() - 1, i64(1)))],
+        [eq(dt).to(dtype(a))],
+    ),
+    (rms_norm(x, g, e), [eq(s).to(shape(x))], [eq(dt).to(dtype(x))]),
     (
         add(a, b),
         [eq(s).to(shape(a)), eq(shape(b)).to(s)],
@@ -95,6 +119,9 @@ _PRODUCT_TABLE = [
     (dense(x, w), [eq(sw).to(shape(w)), eq(k).to(sw[0])]),
     (silu_mul_dense(x, w, w2), [eq(sw).to(shape(w)), eq(k).to(sw[0])]),
     (merged_dense(x, w, begin, end), [eq(k).to(end - begin)]),
+    (dense_bias(x, w, b), [eq(sw).to(shape(w)), eq(k).to(sw[0])]),
+    (merged_dense_bias(x, w, b, begin, end), [eq(k).to(end - begin)]),
+    (rms_norm_dense(x, g, e, w), [eq(sw).to(shape(w)), eq(k).to(sw[0])]),
 ]
 
 
@@ -135,7 +162,7 @@ _RESHAPE = [
 
 
 def merge_rules(n: int) -> list:
-    """The rule merging ``n`` GEMMs ``dense(x, W_i)`` that share ``x`` into one.
+    """The rules merging ``n`` GEMMs that share ``x`` into one.
 
     Parameters
     ----------
@@ -145,19 +172,28 @@ def merge_rules(n: int) -> list:
     Returns
     -------
     list
-        One egglog rule.  Its weights must be 2-D with the same K and dtype, and be
-        weights listed in increasing :func:`~extract.lang.order`.  It unions each
-        ``dense(x, W_i)`` with ``merged_dense(x, concat(W_1..W_n), begin_i, end_i)`` and
-        sets the shape ``[sum N_i, K]`` and dtype of the concatenated weight.
+        Two egglog rules, for ``dense(x, W_i)`` and for ``dense_bias(x, W_i, b_i)``.
+        Weights must be 2-D with the same K and dtype, and be weights listed in
+        increasing :func:`~extract.lang.order`.  The first unions each ``dense(x, W_i)``
+        with ``merged_dense(x, concat(W_1..W_n), begin_i, end_i)``; the second each
+        ``dense_bias`` with ``merged_dense_bias(x, concat(W_i), concat(b_i), begin_i,
+        end_i)``.  Both set the shape ``[sum N_i, K]`` and dtype of the concatenated
+        weight (and ``[sum N_i]`` of the concatenated bias).
     """
+    return [_merge_rule(n, bias=False), _merge_rule(n, bias=True)]
+
+
+def _merge_rule(n: int, bias: bool):
     outs = [var(f"m{i}", Tensor) for i in range(n)]
     ws = [var(f"mw{i}", Tensor) for i in range(n)]
+    bs = [var(f"mb{i}", Tensor) for i in range(n)]
     rows = [var(f"mn{i}", i64) for i in range(n)]
     shapes = [var(f"ms{i}", Vec[i64]) for i in range(n)]
     facts: list = []
     for i in range(n):
+        product = dense_bias(x, ws[i], bs[i]) if bias else dense(x, ws[i])
         facts += [
-            eq(outs[i]).to(dense(x, ws[i])),
+            eq(outs[i]).to(product),
             eq(shapes[i]).to(shape(ws[i])),
             eq(shapes[i].length()).to(i64(2)),
             eq(rows[i]).to(shapes[i][0]),
@@ -167,13 +203,21 @@ def merge_rules(n: int) -> list:
         if i:
             facts.append(order(ws[i - 1]) < order(ws[i]))
     wcat = concat(Vec[Tensor](*ws))
+    bcat = concat(Vec[Tensor](*bs))
     actions: list = []
     offset = i64(0)
     for i in range(n):
-        actions.append(union(outs[i]).with_(merged_dense(x, wcat, offset, offset + rows[i])))
+        part = (
+            merged_dense_bias(x, wcat, bcat, offset, offset + rows[i])
+            if bias
+            else merged_dense(x, wcat, offset, offset + rows[i])
+        )
+        actions.append(union(outs[i]).with_(part))
         offset = offset + rows[i]
     actions += [set_(shape(wcat)).to(Vec[i64](offset, k)), set_(dtype(wcat)).to(dt)]
-    return [rule(*facts).then(*actions)]
+    if bias:
+        actions += [set_(shape(bcat)).to(Vec[i64](offset)), set_(dtype(bcat)).to(dt)]
+    return rule(*facts).then(*actions)
 
 
 def _epilogue_silu_mul() -> list:
@@ -217,6 +261,52 @@ def _epilogue_add() -> list:
     return rules
 
 
+def _epilogue_bias() -> list:
+    rules = []
+    for total in (add(b, d), add(d, b)):
+        rules.append(
+            rule(
+                eq(t).to(total),
+                eq(d).to(dense(x, w)),
+                eq(sw).to(shape(w)),
+                eq(shape(b)).to(Vec[i64](sw[0])),
+                eq(dtype(b)).to(dtype(d)),
+            ).then(union(t).with_(dense_bias(x, w, b)))
+        )
+    return rules
+
+
+def _rms_norm() -> list:
+    rules = []
+    for stat in (add(mean_last(square(x)), e), add(e, mean_last(square(x)))):
+        for normed in (multiply(x, rsqrt(stat)), multiply(rsqrt(stat), x)):
+            for scaled in (multiply(g, normed), multiply(normed, g)):
+                rules.append(
+                    rule(
+                        eq(t).to(scaled),
+                        eq(shape(e)).to(Vec[i64].empty()),
+                        eq(sa).to(shape(x)),
+                        eq(shape(g)).to(Vec[i64](sa[sa.length() - 1])),
+                        eq(dt).to(dtype(x)),
+                        eq(dtype(g)).to(dt),
+                        eq(dtype(e)).to(dt),
+                    ).then(union(t).with_(rms_norm(x, g, e)))
+                )
+    # RMSNorm works on the last axis, so it commutes with reshapes that keep that axis.
+    rules.append(
+        rule(
+            eq(t).to(reshape(rms_norm(x, g, e), s)),
+            eq(sa).to(shape(x)),
+            eq(s[s.length() - 1]).to(sa[sa.length() - 1]),
+        ).then(union(t).with_(rms_norm(reshape(x, s), g, e)))
+    )
+    return rules
+
+
+_PROLOGUE_RMS_NORM = [
+    rule(eq(t).to(dense(rms_norm(x, g, e), w))).then(union(t).with_(rms_norm_dense(x, g, e, w)))
+]
+
 _TABLE: dict[str, list] = {
     "transpose_fold": _TRANSPOSE_FOLD,
     "silu": _SILU,
@@ -225,6 +315,9 @@ _TABLE: dict[str, list] = {
     "merge_pair": merge_rules(2),
     "epilogue_silu_mul": _epilogue_silu_mul(),
     "epilogue_add": _epilogue_add(),
+    "epilogue_bias": _epilogue_bias(),
+    "rms_norm": _rms_norm(),
+    "prologue_rms_norm": _PROLOGUE_RMS_NORM,
 }
 
 FAMILIES: tuple[str, ...] = tuple(_TABLE)

@@ -361,6 +361,28 @@ def _unary(fn: Any) -> Any:
     return build
 
 
+def _power(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    """``power(a, 2.0)`` with a scalar constant exponent of exactly 2 is ``square(a)``."""
+    a, exponent = call.args
+    if not isinstance(exponent, tvm.ir.GenericConst) or tuple(exponent.value.shape) != ():
+        return None
+    if float(exponent.value.numpy()) != 2.0 or tensor_dtype(exponent.ty) != tensor_dtype(a.ty):
+        return None
+    return lang.square(t.term(a))
+
+
+def _mean(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    """``mean(a, axis=[-1], keepdims=True)`` (static rank) is ``mean_last(a)``."""
+    (a,) = call.args
+    dims = static_shape(a.ty)
+    axes = call.attrs.axis
+    if dims is None or axes is None or len(axes) != 1 or not call.attrs.keepdims:
+        return None
+    if int(axes[0]) % len(dims) != len(dims) - 1:
+        return None
+    return lang.mean_last(t.term(a))
+
+
 _FIRST_CLASS = {
     "relax.matmul": _matmul,
     "relax.permute_dims": _permute_dims,
@@ -369,4 +391,7 @@ _FIRST_CLASS = {
     "relax.multiply": _binary(lang.multiply),
     "relax.sigmoid": _unary(lang.sigmoid),
     "relax.nn.silu": _unary(lang.silu),
+    "relax.power": _power,
+    "relax.mean": _mean,
+    "relax.rsqrt": _unary(lang.rsqrt),
 }

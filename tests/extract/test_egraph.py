@@ -82,7 +82,9 @@ def test_every_ruleset_fires(exploration):
     report = exploration.report
     assert report.stop_reason == "saturated"
     assert set(report.rules_fired) == set(FAMILIES)
-    assert all(report.rules_fired[f] > 0 for f in FAMILIES), report.rules_fired
+    fired = dict(report.rules_fired)
+    assert fired.pop("epilogue_bias") == 0  # Qwen3's projections have no bias
+    assert all(n > 0 for n in fired.values()), report.rules_fired
 
 
 # strategy -> constructor counts expected in the term it extracts
@@ -91,7 +93,10 @@ EXPECTED = {
     "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7},
     "merge": {"dense": 2, "merged_dense/3": 3, "merged_dense/2": 2, "concat": 2},
     "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0},
-    "all": {"merged_dense/3": 3, "silu_mul_dense": 1, "dense_add": 2, "dense": 0, "matmul": 2},
+    # the default costs prefer the input norm as prologue of Q, K and V to merging them
+    "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
+            "dense": 0, "matmul": 2},
+    "prologue": {"rms_norm_dense": 5, "dense": 2, "rms_norm": 2, "silu_mul_dense": 0},
 }
 
 
@@ -157,18 +162,24 @@ def test_round_trip_keeps_the_signature(model, exploration):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_rewritten_kernels_read_weights_in_place(exploration):
-    mod = next(c for c in exploration.candidates if c.strategy == "all").mod
-    text = mod["main"].script()
-    # No transpose of a weight is left, and each fused node is one kernel.
-    assert "permute_dims(p_" not in text
-    kernels = Counter(
+def _kernel_names(mod) -> Counter:
+    return Counter(
         str(gv.name_hint).rstrip("0123456789")
         for gv, f in mod.functions_items()
         if isinstance(f, tvm.tirx.PrimFunc)
     )
+
+
+def test_rewritten_kernels_read_weights_in_place(exploration):
+    by_strategy = {c.strategy: c.mod for c in exploration.candidates}
+    text = by_strategy["all"]["main"].script()
+    # No transpose of a weight is left, and each fused node is one kernel.
+    assert "permute_dims(p_" not in text
+    kernels = _kernel_names(by_strategy["all"])
     assert kernels["silu_mul_dense"] == 1 and kernels["dense_add"] >= 1
-    assert "R.split(" in text and "R.concat((p_" in text
+    assert kernels["rms_norm_dense"] == 2  # Q, and K and V (same shapes: one PrimFunc)
+    merged = by_strategy["merge"]["main"].script()
+    assert "R.split(" in merged and "R.concat((p_" in merged
 
 
 def _toy(op) -> tvm.IRModule:
@@ -202,21 +213,25 @@ def _priced(expensive: set[str]):
 
 
 STEERING = [
-    (set(), {"merged_dense/3": 3, "silu_mul_dense": 1, "dense_add": 2}),
-    ({"merged_dense"}, {"merged_dense/3": 0, "merged_dense/2": 0, "dense": 3, "silu_mul_dense": 1}),
+    (set(), {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2}),
+    ({"rms_norm_dense"}, {"rms_norm_dense": 0, "merged_dense/3": 3, "silu_mul_dense": 1}),
     (
-        {"silu_mul_dense", "dense_add"},
+        {"merged_dense", "rms_norm_dense"},
+        {"merged_dense/3": 0, "merged_dense/2": 0, "dense": 3, "silu_mul_dense": 1},
+    ),
+    (
+        {"silu_mul_dense", "dense_add", "rms_norm_dense"},
         {"silu_mul_dense": 0, "dense_add": 0, "merged_dense/3": 3, "merged_dense/2": 2},
     ),
     (
-        {"dense", "merged_dense", "silu_mul_dense", "dense_add"},
+        {"dense", "merged_dense", "silu_mul_dense", "dense_add", "rms_norm_dense"},
         {"dense": 0, "matmul": 9, "merged_dense/3": 0},
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("expensive", "expected"), STEERING, ids=["default", "merges", "fusions", "all"]
+    ("expensive", "expected"), STEERING, ids=["default", "prologue", "merges", "fusions", "all"]
 )
 def test_node_cost_steers_extract_best(exploration, expensive, expected):
     best = exploration.extract_best(_priced(expensive))
@@ -234,3 +249,19 @@ def test_saturation_can_run_some_families_only(model):
     )
     with pytest.raises(ValueError, match="unknown rewrite families"):
         SaturationLimits(families=("no_such_family",))
+
+
+def test_biased_projections_fuse_and_merge():
+    """Qwen2.5's Q/K/V biases: bias epilogues and biased merges, each numerically checked."""
+    model = load_model("qwen2.5-tiny", stage="prefill", seq_len=4)
+    exploration = explore(model.mod, max_candidates=len(STRATEGIES) + 1)
+    fired = exploration.report.rules_fired
+    assert fired["epilogue_bias"] == 3 and fired["merge_qkv"] == 2  # with and without bias
+    by_strategy = {c.strategy: c for c in exploration.candidates}
+    assert counts(by_strategy["epilogue"].term)["dense_bias"] == 3
+    merged = counts(exploration.extract_best(_priced({"rms_norm_dense"})).term)
+    assert merged["merged_dense_bias"] == 3 and merged["dense_bias"] == 0
+    for strategy in ("epilogue", "all", "prologue"):
+        candidate = by_strategy[strategy]
+        assert check_equivalent(model.mod, candidate.mod, inputs(model)) <= 1e-4, strategy
+    assert "dense_bias" in _kernel_names(by_strategy["epilogue"].mod)

@@ -11,17 +11,24 @@ from extract.lang import (
     concat,
     dense,
     dense_add,
+    dense_bias,
     dtype,
     matmul,
+    mean_last,
     merged_dense,
+    merged_dense_bias,
     multiply,
     order,
     permute_dims,
     reshape,
+    rms_norm,
+    rms_norm_dense,
+    rsqrt,
     shape,
     sigmoid,
     silu,
     silu_mul_dense,
+    square,
 )
 from extract.rules import ANALYSIS, FAMILIES, RULESETS
 from extract.translate import shape_vec
@@ -119,6 +126,73 @@ def residual(r_dims=(8, 64), swapped=False, through_reshape=False):
     return egraph([total], facts, fr), dense_add
 
 
+def bias_case(b_dims=(32,), b_dt=F32, swapped=False):
+    _, _, (d,), facts = x_and_weights(dts=(F32,), rows=(32,))
+    bias, fb = leaf("b", b_dims, b_dt)
+    total = add(d, bias) if swapped else add(bias, d)
+    return egraph([total], facts, fb), dense_bias
+
+
+def merge_bias(n=3, biased=(True, True, True)):
+    rows = (64, 32, 32)[:n]
+    x, _, denses, facts = x_and_weights(dts=(F32,) * n, rows=rows)
+    outs = []
+    for i, (d, nrows) in enumerate(zip(denses, rows, strict=True)):
+        if biased[i]:
+            bias, fb = leaf(f"b{i}", (nrows,), weight=True)
+            facts += fb
+            d = dense_bias(x, Tensor.var(f"w{i}"), bias)
+            facts += with_facts(d, (8, nrows))
+        outs.append(d)
+    return egraph(outs, facts), merged_dense_bias
+
+
+def norm_term(x, g, eps, swapped=False):
+    stat = add(mean_last(square(x)), eps)
+    normed = multiply(x, rsqrt(stat))
+    return multiply(normed, g) if swapped else multiply(g, normed)
+
+
+def norm_case(g_dims=(64,), eps_dims=(), other_x=False, swapped=False, dt=F32):
+    x, fx = leaf("x", (1, 8, 64))
+    x2, fx2 = leaf("x2", (1, 8, 64))
+    g, fg = leaf("g", g_dims, dt, weight=True)
+    eps, fe = leaf("eps", eps_dims)
+    stat = add(mean_last(square(x2 if other_x else x)), eps)
+    normed = multiply(x, rsqrt(stat))
+    root = multiply(normed, g) if swapped else multiply(g, normed)
+    return egraph([root], fx, fx2, fg, fe), rms_norm
+
+
+def norm_facts(dims=(8, 64)):
+    x, fx = leaf("x", dims)
+    g, fg = leaf("g", (dims[-1],), weight=True)
+    eps, fe = leaf("eps", ())
+    return x, g, eps, fx + fg + fe
+
+
+def prologue_case(normed=True):
+    x, g, eps, facts = norm_facts()
+    w, fw = leaf("w", (32, 64), weight=True)
+    operand = norm_term(x, g, eps) if normed else multiply(x, x)
+    return egraph([dense(operand, w)], facts, fw), rms_norm_dense
+
+
+def prologue_through_reshape(keep_last=True):
+    x, g, eps, facts = norm_facts((1, 8, 64))
+    w, fw = leaf("w", (32, 64), weight=True)
+    new_shape = (8, 64) if keep_last else (16, 32)
+    operand = reshape(norm_term(x, g, eps), shape_vec(new_shape))
+    if not keep_last:
+        w, fw = leaf("w", (32, 32), weight=True)
+    eg = egraph([dense(operand, w)], facts, fw)
+    for _ in range(4):
+        for family in ("rms_norm", "prologue_rms_norm"):
+            eg.run(ANALYSIS.saturate())
+            eg.run(run(RULESETS[family]))
+    return eg, rms_norm_dense
+
+
 CASES = [
     # (family, case, builder, whether the rewrite must appear)
     ("transpose_fold", "x @ permute_dims(W, [1, 0])", lambda: fold(), True),
@@ -158,6 +232,37 @@ CASES = [
         lambda: residual((64,), through_reshape=True),
         False,
     ),
+    ("epilogue_bias", "b + x @ W^T", lambda: bias_case(), True),
+    ("epilogue_bias", "x @ W^T + b", lambda: bias_case(swapped=True), True),
+    ("epilogue_bias", "b of another length", lambda: bias_case(b_dims=(16,)), False),
+    ("epilogue_bias", "b with the output's shape", lambda: bias_case(b_dims=(8, 32)), False),
+    ("epilogue_bias", "b of another dtype", lambda: bias_case(b_dt=F16), False),
+    ("merge_qkv", "three biased GEMMs on one x", lambda: merge_bias(), True),
+    ("merge_qkv", "one GEMM without bias", lambda: merge_bias(biased=(True, False, True)), False),
+    ("merge_pair", "two biased GEMMs", lambda: merge_bias(2, biased=(True, True)), True),
+    ("rms_norm", "g * (x * rsqrt(mean(x^2) + eps))", lambda: norm_case(), True),
+    ("rms_norm", "(x * rsqrt(mean(x^2) + eps)) * g", lambda: norm_case(swapped=True), True),
+    ("rms_norm", "g not of x's last axis", lambda: norm_case(g_dims=(8,)), False),
+    ("rms_norm", "eps not a scalar", lambda: norm_case(eps_dims=(64,)), False),
+    ("rms_norm", "statistics of another x", lambda: norm_case(other_x=True), False),
+    ("rms_norm", "g of another dtype", lambda: norm_case(dt=F16), False),
+    ("prologue_rms_norm", "dense(rms_norm(x), W)", lambda: prologue_case(), True),
+    ("prologue_rms_norm", "dense of no norm", lambda: prologue_case(normed=False), False),
+]
+
+
+def _run_rms_then_prologue(build):
+    def case():
+        eg, constructor = build()
+        saturate_family(eg, "rms_norm")
+        return eg, constructor
+
+    return case
+
+
+CASES = [
+    (f, c, _run_rms_then_prologue(b) if f == "prologue_rms_norm" else b, fires)
+    for f, c, b, fires in CASES
 ]
 
 
@@ -205,6 +310,25 @@ def test_residual_through_reshape_keeps_shapes():
         eq(add(r, reshape(dense(Tensor.var("x"), Tensor.var("w0")), shape_vec((1, 8, 64))))).to(
             reshape(fused, shape_vec((1, 8, 64)))
         )
+    )
+
+
+def test_rms_norm_moves_through_reshapes_that_keep_the_last_axis():
+    for keep_last in (True, False):
+        eg, constructor = prologue_through_reshape(keep_last)
+        assert (eg.function_size(constructor) > 0) == keep_last
+
+
+def test_merged_biases_are_concatenated():
+    eg, _ = merge_bias()
+    saturate_family(eg, "merge_qkv")
+    x = Tensor.var("x")
+    ws = [Tensor.var(f"w{i}") for i in range(3)]
+    bs = [Tensor.var(f"b{i}") for i in range(3)]
+    wcat, bcat = concat(Vec[Tensor](*ws)), concat(Vec[Tensor](*bs))
+    eg.check(
+        eq(dense_bias(x, ws[1], bs[1])).to(merged_dense_bias(x, wcat, bcat, i64(64), i64(96))),
+        eq(shape(bcat)).to(shape_vec((128,))),
     )
 
 
