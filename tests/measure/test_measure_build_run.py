@@ -8,7 +8,14 @@ import time
 import numpy as np
 from measure_kernels import RPC_KEY, N, matmul_module, unbuildable_module
 
-from measure import KernelReference, MeasureConfig, Runner, classify_build_error
+from measure import (
+    Builder,
+    KernelReference,
+    MeasureConfig,
+    Runner,
+    classify_build_error,
+)
+from measure.tvmapi import make_target
 
 
 def test_builds_succeed(builds):
@@ -65,6 +72,17 @@ def test_unbuildable_module_is_build_error(builder):
     # One failure does not spoil the rest of the batch.
     assert good.error is None and good.artifact_path and os.path.isfile(good.artifact_path)
     os.remove(good.artifact_path)
+
+
+def test_build_timeout_is_recorded_as_timeout():
+    builder = Builder(make_target({"kind": "llvm"}), workers=1, timeout_s=0.01)
+    try:
+        [result] = builder.build([matmul_module(8)])
+    finally:
+        builder.close()
+    assert result.artifact_path is None
+    assert result.error == "build timeout: killed after 0.01 s"
+    assert classify_build_error(result.error) == "timeout"
 
 
 def test_run_timeout_then_the_runner_recovers(builds, local_rpc, scale2_reference):

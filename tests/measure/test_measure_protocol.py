@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from measure import MeasureConfig, classify_build_error, first_line
-from measure.protocol import classify_run_error
+from measure.protocol import classify_run_error, coefficient_of_variation
 
 
 def test_defaults_are_valid():
@@ -22,6 +22,10 @@ def test_defaults_are_valid():
         ({"min_repeat_ms": -1}, "--min-repeat-ms must not be negative, got -1"),
         ({"timeout_s": 0}, "--timeout must be positive, got 0"),
         ({"timeout_s": -2.5}, "--timeout must be positive, got -2.5"),
+        ({"max_cv": 0}, "max_cv must be positive, got 0"),
+        ({"remeasure": -1}, "remeasure must not be negative, got -1"),
+        ({"retries": -1}, "retries must not be negative, got -1"),
+        ({"device_wait_s": 0}, "device_wait_s must be positive, got 0"),
     ],
 )
 def test_invalid_config_is_refused(kwargs, message):
@@ -78,3 +82,17 @@ def test_first_line(message, line):
 
 def test_first_line_is_cut_to_the_limit():
     assert first_line("ValueError: " + "x" * 1000, limit=20) == "ValueError: xxxxxxxx"
+
+
+@pytest.mark.parametrize(
+    ("times", "cv"),
+    [
+        ((), 0.0),
+        ((1.0,), 0.0),
+        ((2.0, 2.0, 2.0), 0.0),
+        ((1.0, 3.0), 2 ** 0.5 / 2),  # stdev sqrt(2) (n - 1 in the denominator) over mean 2
+        ((1e-6, 2e-6, 3e-6), 0.5),
+    ],
+)
+def test_coefficient_of_variation(times, cv):
+    assert coefficient_of_variation(times) == pytest.approx(cv)
