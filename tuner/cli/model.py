@@ -83,6 +83,8 @@ def train_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
     objective: Annotated[str, typer.Option(help="XGBoost objective: rank:pairwise, rank:ndcg, reg:normalized or reg:latency.")] = "rank:pairwise",
     seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
+    peak_gflops: Annotated[float | None, typer.Option("--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
+    bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="Roofline fallback: memory bandwidth in GB/s (default: measured).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Train a cost model on every successful measurement of the target and store it as a new version.
@@ -101,7 +103,10 @@ def train_command(
         record, tvm_target = select_target(database, target, key)
         data = load_dataset(database, record.target_hash, tvm_target)
         if len(data) < MIN_TRAIN_RECORDS:
-            roof = RooflineCostModel.measured()
+            if peak_gflops is not None and bandwidth_gbs is not None:
+                roof = RooflineCostModel(peak_gflops * 1e9, bandwidth_gbs * 1e9)
+            else:
+                roof = RooflineCostModel.measured()
             msg = (f"only {len(data)} successful measurements (need {MIN_TRAIN_RECORDS}): no model stored; "
                    f"kernels are priced by the {roof.describe()}")
             _emit(as_json, {"trained": False, "records": len(data), "fallback": "roofline",
