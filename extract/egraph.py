@@ -39,8 +39,19 @@ class Exploration:
     report: SaturationReport
     candidates: list[CandidateGraph]
 
-    def extract_best(self, node_cost: NodeCost | None = None) -> CandidateGraph:
-        """The cheapest program under ``node_cost``; see :func:`extract.extraction.extract_best`."""
+    def extract_best(
+        self, node_cost: NodeCost | None = None, exact: bool = False, time_limit_s: float = 10.0
+    ) -> CandidateGraph:
+        """The cheapest program under ``node_cost`` (DAG cost).
+
+        Greedy by default (:func:`extract.extraction.extract_best`); ``exact=True``
+        solves the integer linear program of :func:`extract.exact.extract_exact` within
+        ``time_limit_s`` seconds (strategy ``"exact"``).
+        """
+        if exact:
+            from .exact import extract_exact
+
+            return extract_exact(self.state, node_cost, time_limit_s).candidate
         return extract_best(self.state, node_cost)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import tvm
 from egglog import EGraph
-from egglog.declarations import CallDecl, ValueDecl
+from egglog.declarations import CallDecl, ClassMethodRef, ValueDecl
 
 from .lang import REWRITE_NODES, Tensor, node_args, node_name, subterms
 from .lowering import LoweringError, lower
@@ -205,6 +205,15 @@ class LatencyCostModel:
     allowed : frozenset of str, optional
         Rewrite node families allowed (see :data:`extract.lang.REWRITE_NODES`); e-nodes
         of the other families cost :data:`FORBIDDEN_S` more.  Default: all.
+    pinned : frozenset, optional
+        E-node declarations (as in :meth:`nodes`) to extract; every other tensor e-node
+        costs :data:`FORBIDDEN_S` more.  Used to read back an exact (ILP) solution.
+
+    Notes
+    -----
+    ``node_cost`` is asked once per distinct signature (operator, output shape, dtype,
+    argument shapes), not once per e-node: the identical decoder layers of a model are
+    priced once (:attr:`calls` counts the questions asked).
     """
 
     def __init__(
@@ -212,9 +221,13 @@ class LatencyCostModel:
         state: ProgramEGraph,
         node_cost: NodeCost | None = None,
         allowed: frozenset[str] | None = None,
+        pinned: frozenset | None = None,
     ) -> None:
         self.node_cost = node_cost
         self.allowed = frozenset(REWRITE_NODES.values()) if allowed is None else allowed
+        self.pinned = pinned
+        self.calls = 0
+        self._by_signature: dict[tuple, float] = {}
         frozen = state.egraph.freeze().decl
         self._class_of: dict[CallDecl, Any] = {}
         for value, (_tp, calls) in frozen.e_classes.items():
@@ -235,6 +248,25 @@ class LatencyCostModel:
                 self._dtype[arg.value] = str(result.expr.value)
         self._own: dict[CallDecl, float] = {}
         self._memo: dict[tuple, tuple[_DagCost, list[_DagCost]]] = {}
+        self._nodes = [
+            (value, call)
+            for value, (tp, calls) in frozen.e_classes.items()
+            if tp.ident.name == "Tensor"
+            for call in calls
+        ]
+
+    def nodes(self) -> list[tuple[Any, CallDecl, list[Any], float]]:
+        """Every tensor e-node: (its e-class, its declaration, child e-classes, cost in s)."""
+        return [
+            (value, call, self._tensor_values(call), self.own_cost(call))
+            for value, call in self._nodes
+        ]
+
+    def own_cost(self, decl: CallDecl) -> float:
+        """Cost in seconds of one e-node alone (its children not included)."""
+        if decl not in self._own:
+            self._own[decl] = self._price(decl)
+        return self._own[decl]
 
     def __call__(self, egraph: EGraph, expr: Any, children_costs: list[_DagCost]) -> _DagCost:
         decl = expr.__egg_typed_expr__.expr
@@ -248,35 +280,42 @@ class LatencyCostModel:
         for child in children_costs:
             parts.update(child.parts)
         if isinstance(decl, CallDecl) and expr.__egg_typed_expr__.tp.ident.name == "Tensor":
-            if decl not in self._own:
-                self._own[decl] = self._price(node_name(expr) or "", expr, decl)
-            parts[decl] = self._own[decl]
+            parts[decl] = self.own_cost(decl)
+            if self.pinned is not None and decl not in self.pinned:
+                parts[decl] += FORBIDDEN_S
         cost = _DagCost(parts) if parts else _ZERO
         self._memo[key] = (cost, children_costs)
         return cost
 
-    def _price(self, name: str, expr: Any, decl: CallDecl) -> float:
+    def _price(self, decl: CallDecl) -> float:
+        name = _decl_name(decl)
         if name in _FREE:
             return 0.0
-        args = node_args(expr)
+        args = decl.args
         out = self._shape.get(self._class_of.get(decl))
         dtype = self._dtype.get(self._class_of.get(decl))
         arg_shapes = [self._shape.get(v) for v in self._tensor_values(decl)]
         share = 1.0
         op = name
         if name == "Tensor.opaque":
-            op = str(args[0].__egg_typed_expr__.expr.value)
+            op = str(args[0].expr.value)
         elif name in _MERGED:
             wcat = arg_shapes[1] if len(arg_shapes) > 1 else None
             at = _MERGED[name]
-            begin, end = (int(a.__egg_typed_expr__.expr.value) for a in args[at : at + 2])
+            begin, end = (int(a.expr.value) for a in args[at : at + 2])
             if out is not None and wcat:
                 share = (end - begin) / wcat[0]
                 out = (*out[:-1], wcat[0])
-        cost = self.node_cost(op, out, dtype, arg_shapes) if self.node_cost is not None else None
-        if cost is None:
-            cost = default_node_cost(op, out, dtype, arg_shapes)
-        cost = max(float(cost), 0.0) * share + EPSILON_S
+        signature = (op, out, dtype, tuple(arg_shapes))
+        if signature not in self._by_signature:
+            cost = None
+            if self.node_cost is not None:
+                self.calls += 1
+                cost = self.node_cost(op, out, dtype, arg_shapes)
+            if cost is None:
+                cost = default_node_cost(op, out, dtype, arg_shapes)
+            self._by_signature[signature] = max(float(cost), 0.0)
+        cost = self._by_signature[signature] * share + EPSILON_S
         family = REWRITE_NODES.get(name)
         if family is not None and family not in self.allowed:
             cost += FORBIDDEN_S
@@ -291,6 +330,14 @@ class LatencyCostModel:
             elif isinstance(arg.expr, CallDecl) and arg.tp.ident.name == "Vec":
                 values.extend(a.expr.value for a in arg.expr.args if isinstance(a.expr, ValueDecl))
         return values
+
+
+def _decl_name(decl: CallDecl) -> str:
+    """The constructor name of an e-node declaration, as :func:`extract.lang.node_name`."""
+    ref = decl.callable
+    if isinstance(ref, ClassMethodRef):
+        return f"{ref.ident.name}.{ref.method_name}"
+    return ref.ident.name if getattr(ref, "ident", None) else ""
 
 
 def candidate_from_term(

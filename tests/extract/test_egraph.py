@@ -17,6 +17,7 @@ from tvm import relax
 from extract import load_model
 from extract.egraph import Exploration, explore
 from extract.equivalence import CandidateMismatch, check_equivalent, run_module
+from extract.exact import extract_exact
 from extract.extraction import STRATEGIES, LatencyCostModel
 from extract.lang import node_args, node_name, subterms
 from extract.rules import FAMILIES
@@ -238,6 +239,40 @@ def test_node_cost_steers_extract_best(exploration, expensive, expected):
     assert best.strategy == "best" and best.cost is not None
     found = counts(best.term)
     assert {k: found[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("expensive", [set(), {"rms_norm_dense"}], ids=["default", "prologue"])
+def test_exact_extraction_is_never_worse_than_greedy(model, exploration, expensive):
+    greedy = exploration.extract_best(_priced(expensive))
+    exact = extract_exact(exploration.state, _priced(expensive), time_limit_s=30.0)
+    assert exact.optimal and exact.candidate.strategy == "exact"
+    assert exact.objective_s == pytest.approx(exact.candidate.cost, rel=1e-9)
+    assert exact.candidate.cost <= greedy.cost + 1e-9  # ties within a nanosecond
+    if not expensive:  # shared subterms: one merged Q/K/V GEMM beats three norm prologues
+        assert exact.candidate.cost < greedy.cost
+        assert counts(exact.candidate.term)["merged_dense/3"] == 3
+        assert check_equivalent(model.mod, exact.candidate.mod, inputs(model)) <= 1e-4
+
+
+def test_identical_layers_are_priced_once():
+    asked = []
+
+    def node_cost(op_name, out_shape, dtype, arg_shapes):
+        asked.append(op_name)
+        return None
+
+    counts_by_layers = {}
+    for layers in (1, 2):
+        state = ProgramEGraph.from_module(load_model("qwen3-tiny", "decode", layers=layers, kv_len=4).mod)
+        saturate(state)
+        asked.clear()
+        model = LatencyCostModel(state, node_cost)
+        state.egraph.extract(state.root, cost_model=model)
+        counts_by_layers[layers] = (model.calls, len(asked), state.enodes())
+    (one, asked_one, nodes_one), (two, asked_two, nodes_two) = counts_by_layers.values()
+    assert nodes_two > 1.8 * nodes_one  # twice the e-graph...
+    assert two == asked_two and one == asked_one
+    assert two <= one + 4  # ...priced about once (the second layer's cache shapes differ a bit)
 
 
 def test_saturation_can_run_some_families_only(model):
