@@ -125,12 +125,15 @@ class CandidateGraph:
         Rewrite families whose nodes the term has more of than the original program, in
         :data:`extract.rules.FAMILIES` order: ``transpose_fold`` (plain ``dense``),
         ``merge_qkv`` / ``merge_pair`` (parts of merged GEMMs of three / two weights),
-        ``silu``, ``epilogue_silu_mul``, ``epilogue_add``.  A merged or fused GEMM counts
-        for its own family only, though it also folds the transpose.
+        ``silu``, ``epilogue_silu_mul``, ``epilogue_add``, ``epilogue_bias``,
+        ``rms_norm`` (a recognised RMSNorm kept as one op), ``prologue_rms_norm``.  A
+        merged or fused GEMM counts for its own family only, though it also folds the
+        transpose.
     mod : tvm.IRModule
         The Relax program rebuilt from the term; same ``main`` signature as the original.
     strategy : str
-        How it was chosen: ``"original"``, a :data:`STRATEGIES` name, or ``"best"``.
+        How it was chosen: ``"original"``, a :data:`STRATEGIES` name, ``"best"``
+        (greedy) or ``"exact"`` (:func:`extract.exact.extract_exact`).
     cost : float or None
         Its cost in seconds under the cost model that chose it (None for the original).
     term : Tensor or None
