@@ -1,0 +1,184 @@
+"""The measurement service: measurements per minute with 1 and 2 workers, and its overhead.
+
+Candidates: tiled schedules of one float32 matmul (``--n``, default 128), built
+once. Three contenders measure the same candidates with the same protocol
+(correctness check, then TVM's ``time_evaluator`` with cache flush, ``repeat``
+repeats of at least ``min_repeat_ms``; re-measuring noisy candidates is off so
+that every contender does the same work):
+
+- bare: a loop in this process, pinned to core 0: load the built library,
+  check it, ``time_evaluator`` (no tracker, no RPC, no worker processes);
+- service, 1 worker: :class:`measure.Runner` through a local tracker to one
+  worker pinned to core 0;
+- service, 2 workers: the same with two workers pinned to cores 0 and 1.
+
+Each contender measures the whole batch ``--rounds`` times; figures are medians.
+Goals (the measurement-service issue): overhead of the service with one worker
+against the bare loop under 10%; two workers at least 1.8x one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .common import BenchResult, Row, machine_info, ratio_row
+
+TILES = (4, 8, 16, 32)
+
+
+def _candidates(n: int, copies: int):
+    """Tiled matmul schedules (``copies`` of each tiling), as IRModules."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir.schedule import Schedule
+
+    a = te.placeholder((n, n), "float32", name="A")
+    b = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), "k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    base = tvm.IRModule({"main": te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")})
+    mods = []
+    for tile in TILES:
+        sch = Schedule(base)
+        block = sch.get_sblock("C")
+        i, j, kk = sch.get_loops(block)
+        io, ii = sch.split(i, [None, tile])
+        jo, ji = sch.split(j, [None, tile])
+        sch.reorder(io, jo, kk, ii, ji)
+        mods += [sch.mod] * copies
+    return mods
+
+
+def _bare(artifacts: list[str], arrays, config) -> float:
+    """Seconds for the bare loop over ``artifacts`` (in this process)."""
+    import tvm
+
+    start = time.perf_counter()
+    for path in artifacts:
+        lib = tvm.runtime.load_module(path)
+        dev = tvm.cpu(0)
+        args = [tvm.runtime.tensor(x, device=dev) for x in arrays[:2]]
+        args.append(tvm.runtime.tensor(np.full(arrays[2].shape, np.nan, np.float32), device=dev))
+        lib["main"](*args)
+        assert np.allclose(args[2].numpy(), arrays[2], rtol=config.rtol, atol=config.atol)
+        evaluator = lib.time_evaluator("main", dev, number=config.number, repeat=config.repeat,
+                                       min_repeat_ms=config.min_repeat_ms, f_preproc="cache_flush_cpu_non_first_arg")
+        evaluator(*args)
+    return time.perf_counter() - start
+
+
+def _service(builds, reference, config, workers: int, rounds: int) -> list[float]:
+    """Seconds per pass of :class:`measure.Runner` over ``builds`` with ``workers`` pinned workers."""
+    from measure import LocalRPC, Runner
+
+    times = []
+    with LocalRPC(key="bench-service", workers=workers, worker_cpus=[{i} for i in range(workers)]) as rpc:
+        runner = Runner(rpc.address, rpc.key, config)
+        try:
+            runner.run(builds[:workers], reference)  # start the pool's processes
+            for _ in range(rounds):
+                start = time.perf_counter()
+                results = runner.run(builds, reference)
+                times.append(time.perf_counter() - start)
+                bad = [r for r in results if r.status != "ok"]
+                if bad:
+                    raise RuntimeError(f"{len(bad)} measurements failed: {bad[0].error}")
+        finally:
+            runner.close()
+    return times
+
+
+def run(quick: bool = False, n: int = 128, rounds: int | None = None) -> BenchResult:
+    """Run the benchmark; see the module docstring."""
+    from measure import Builder, KernelReference, MeasureConfig
+    from measure.tvmapi import make_target
+
+    title = "Service: measurements per minute with 1 and 2 workers, overhead"
+    if (os.cpu_count() or 1) < 2:
+        return BenchResult.not_run("service", title, "needs 2 cores (one per pinned worker)")
+    rounds = rounds or (2 if quick else 5)
+    copies = 1 if quick else 2
+    config = MeasureConfig(repeat=3, min_repeat_ms=40 if quick else 100, remeasure=0, timeout_s=60)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    reference = KernelReference((a, b, a @ b), n_outputs=1)
+
+    builder = Builder(make_target({"kind": "llvm", "num-cores": 1}), workers=2, timeout_s=300)
+    try:
+        builds = builder.build(_candidates(n, copies))
+    finally:
+        builder.close()
+    if any(r.error for r in builds):
+        return BenchResult.not_run("service", title, f"a build failed: {next(r.error for r in builds if r.error)}")
+    try:
+        saved = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {0})
+        try:
+            bare = [_bare([r.artifact_path for r in builds], reference.arrays, config) for _ in range(rounds)]
+        finally:
+            os.sched_setaffinity(0, saved)
+        one = _service(builds, reference, config, 1, rounds)
+        two = _service(builds, reference, config, 2, rounds)
+    finally:
+        for r in builds:
+            shutil.rmtree(os.path.dirname(r.artifact_path), ignore_errors=True)
+
+    count = len(builds)
+    per_min = {name: 60.0 * count / statistics.median(t) for name, t in (("bare", bare), ("one", one), ("two", two))}
+    overhead = statistics.median(one) / statistics.median(bare) - 1.0
+    result = BenchResult(name="service", title=title)
+    result.rows = [
+        Row("measurements per minute, bare loop (core 0)", per_min["bare"], None, "", None, "", None),
+        Row("measurements per minute, service, 1 worker (core 0)", per_min["one"], None, "", None, "", None),
+        Row("measurements per minute, service, 2 workers (cores 0, 1)", per_min["two"], None, "", None, "", None),
+        Row("service overhead against the bare loop (1 worker), fraction", overhead, 0.0, "bare loop",
+            overhead, "overhead < 0.10", bool(overhead < 0.10)),
+        ratio_row("speed-up of 2 workers over 1 (measurements per minute)", per_min["two"], per_min["one"],
+                  "service, 1 worker", 1.8, "ratio >= 1.8"),
+    ]
+    result.notes = [
+        f"{count} candidates ({len(TILES)} tilings of a {n}x{n} float32 matmul), built once; {rounds} passes each, "
+        "medians of the pass times.",
+        f"Protocol: correctness check, then time_evaluator repeat={config.repeat}, "
+        f"min_repeat_ms={config.min_repeat_ms}, cache flush; no re-measuring (identical work for all three).",
+        "Service times include requesting a worker from the tracker, upload, check and timing; the builds are not timed.",
+        f"Load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} (a shared machine skews every figure).",
+    ]
+    result.plot = {"kind": "bar", "series": {k: v for k, v in per_min.items()}}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.service [--quick] [--n N] [--rounds R] [--json]``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.service", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer candidates and passes (a smoke run)")
+    parser.add_argument("--n", type=int, default=128, help="matmul size")
+    parser.add_argument("--rounds", type=int, default=None, help="passes per contender")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    result = run(quick=args.quick, n=args.n, rounds=args.rounds)
+    result.command = "python -m bench.service " + " ".join(argv if argv is not None else sys.argv[1:])
+    result.seconds = time.perf_counter() - started
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(json.dumps(machine_info(result.command)))
+        for row in result.rows:
+            print(f"{row.what}: {row.ours:.4g}" + (f"  (goal {row.goal}: {'met' if row.met else 'NOT met'})"
+                                                   if row.goal else ""))
+        for note in result.notes:
+            print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
