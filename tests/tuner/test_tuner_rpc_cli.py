@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from measure.rpc import free_port
@@ -30,12 +32,12 @@ def tracker_and_worker():
                                stderr=subprocess.PIPE, text=True)
     worker = None
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # slow on a loaded machine
         while tune("workers", "--tracker", f"127.0.0.1:{port}", "--json").returncode != 0:
             assert time.monotonic() < deadline, "tracker did not start"
             time.sleep(0.5)
         worker = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--tracker", f"127.0.0.1:{port}",
-                                   "--key", "test-key"], stderr=subprocess.PIPE, text=True)
+                                   "--key", "test-key"], text=True)
         while not any(s["key"].endswith("test-key") for s in workers_json(port)["server_info"]):
             assert time.monotonic() < deadline, "worker did not register"
             time.sleep(0.5)
@@ -51,6 +53,27 @@ def test_workers_lists_the_key(tracker_and_worker):
     port, _, _ = tracker_and_worker
     status = workers_json(port)
     assert status["queue_info"]["test-key"]["free"] == 1
+
+
+def test_worker_process_killed_is_started_again(tracker_and_worker):
+    port, _, worker = tracker_and_worker
+    [child] = psutil.Process(worker.pid).children()
+    os.killpg(child.pid, signal.SIGKILL)  # the serving process and its group; `tune worker` stays
+    deadline = time.monotonic() + 60
+    while True:
+        children = [c for c in psutil.Process(worker.pid).children() if c.pid != child.pid]
+        registered = any(s["key"].endswith("test-key") for s in workers_json(port)["server_info"])
+        if children and registered:
+            break
+        assert time.monotonic() < deadline, "the worker did not come back"
+        time.sleep(0.5)
+    assert worker.poll() is None
+
+
+def test_worker_help_warns_about_uploaded_code():
+    proc = tune("worker", "--help")
+    assert proc.returncode == 0
+    assert "executes the code it receives" in proc.stdout and "trusted networks" in proc.stdout
 
 
 def test_run_through_an_existing_tracker(tracker_and_worker, tmp_path):

@@ -1,7 +1,8 @@
 """``tune tracker``, ``tune worker`` and ``tune workers``: TVM's RPC tracker and servers.
 
-A worker is TVM's RPC server registered with a tracker under an RPC key. It runs
-the code it is sent: bind it to 127.0.0.1 (the default) or to a network you trust.
+A worker (:mod:`measure.worker`) is TVM's RPC server registered with a tracker
+under an RPC key. It runs the code it is sent: bind it to 127.0.0.1 (the default)
+or to a network you trust.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -32,28 +34,38 @@ def _tracker_arg(tracker: str | None) -> str:
     raise AssertionError  # unreachable
 
 
-def _serve(args: list[str]) -> None:
-    """Run a TVM RPC process in the foreground until it exits or we get SIGINT/SIGTERM."""
+def _serve(args: list[str], restart: bool = False) -> None:
+    """Run a Python module in the foreground until it exits or we get SIGINT/SIGTERM.
+
+    With ``restart``, a process that dies on its own (killed, out of memory) is
+    started again after a second.
+    """
     stopping = []
+    proc = None
 
     def stop(signum, _frame):
         stopping.append(signum)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except (ProcessLookupError, NameError):
-            pass
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    proc = subprocess.Popen([sys.executable, "-m", *args], start_new_session=True)
-    if stopping:
-        os.killpg(proc.pid, signal.SIGTERM)
-    code = proc.wait()
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own children
-    except ProcessLookupError:
-        pass
-    raise typer.Exit(0 if stopping or code == 0 else code)
+    while True:
+        proc = subprocess.Popen([sys.executable, "-m", *args], start_new_session=True)
+        if stopping:
+            os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own children
+        except ProcessLookupError:
+            pass
+        if stopping or not restart:
+            raise typer.Exit(0 if stopping or code == 0 else code)
+        typer.echo(f"tune worker: the worker process exited with code {code}; starting it again", err=True)
+        time.sleep(1.0)
 
 
 def tracker_command(
@@ -70,17 +82,23 @@ def worker_command(
     tracker: Annotated[str | None, typer.Option(help=TRACKER_HELP)] = None,
     key: Annotated[str, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key naming this device's pool.")] = "local",
     host: Annotated[str, typer.Option(help="Address to bind. The worker runs any code it is sent: expose it only to trusted networks.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="First port to try for the worker's sessions.")] = 9090,
 ) -> None:
     """Run a measurement worker: a TVM RPC server registered with the tracker under KEY.
 
-    The worker executes the code it receives; it binds to 127.0.0.1 unless told
-    otherwise and must only be exposed to trusted networks.
+    SECURITY: the worker executes the code it receives (that is how kernels are
+    measured). It binds to 127.0.0.1 unless told otherwise; expose it only to
+    trusted networks. A kernel that crashes its session does not end the worker,
+    and a worker process that dies is started again.
     """
     from measure import parse_tracker, queue_status
 
+    if not 0 < port < 65536:
+        fail(f"--port {port} is out of range")
     address = parse_tracker(_tracker_arg(tracker))
     queue_status(address)  # an unreachable tracker is an error now, not a silent retry loop
-    _serve(["tvm.exec.rpc_server", "--tracker", str(address), "--key", key, "--host", host])
+    _serve(["measure.worker", "--tracker", str(address), "--key", key, "--host", host, "--port", str(port),
+            "--port-end", str(min(port + 100, 65536))], restart=True)
 
 
 def workers_command(
