@@ -388,6 +388,33 @@ class Database:
         with transaction(self._engine, write=False) as conn:
             return queries.training_rows(conn, target_hash, workload_hashes)
 
+    def find_workloads(self, *, model: str | None = None, workload: str | None = None) -> list[WorkloadRecord]:
+        """Workloads of a model, or those whose hash starts with ``workload``, by hash.
+
+        Parameters
+        ----------
+        model : str, optional
+            A model hash, or a model source as recorded by its sessions (e.g.
+            ``qwen3-tiny``, a file path): the workloads of the model's extracted programs.
+        workload : str, optional
+            A workload hash or a prefix of one.
+        """
+        with transaction(self._engine, write=False) as conn:
+            query = select(*(getattr(Workload, name) for name in _WORKLOAD_FIELDS))
+            if workload is not None:
+                query = query.where(Workload.workload_hash.startswith(workload, autoescape=True))
+            if model is not None:
+                hashes = set(conn.scalars(select(TuningSession.model_hash).where(
+                    TuningSession.model_source == model)))
+                hashes.add(model)
+                members: set[str] = set()
+                for text_ in conn.scalars(select(GraphCandidate.workload_hashes).where(
+                        GraphCandidate.model_hash.in_(sorted(hashes)))):
+                    members.update(json.loads(text_))
+                query = query.where(Workload.workload_hash.in_(sorted(members)))
+            rows = conn.execute(query.order_by(Workload.workload_hash))
+            return [WorkloadRecord(*row) for row in rows]
+
     # -- cost models ------------------------------------------------------
 
     def save_cost_model(

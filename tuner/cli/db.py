@@ -43,3 +43,52 @@ def stats_command(
     typer.echo(url)
     for table, count in stats.items():
         typer.echo(f"  {table:<22} {count:>10}")
+
+
+@db_app.command("best")
+def best_command(
+    model: Annotated[str | None, typer.Option(help="A model as given to `tune run` (or its hash): its workloads.")] = None,
+    workload: Annotated[str | None, typer.Option(help="A workload hash or a prefix of one.")] = None,
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """The best measured schedule per workload and target (median seconds, GFLOP/s, trials)."""
+    from database import open_database, sha256_text
+
+    from .errors import fail
+
+    if model is None and workload is None:
+        fail("name what to show: --model MODEL or --workload HASH")
+    database = open_database(db)
+    try:
+        workloads = database.find_workloads(model=model, workload=workload)
+        rows = []
+        for target in database.targets():
+            for w in workloads:
+                best = database.best(w.workload_hash, target.target_hash)
+                trials = len(database.measured_candidates(w.workload_hash, target.target_hash))
+                if best is None and trials == 0:
+                    continue
+                candidate, median_s = best if best else (None, None)
+                rows.append({
+                    "workload": w.name, "workload_hash": w.workload_hash, "op_kind": w.op_kind,
+                    "target": json.loads(target.target_json), "key": target.key, "trials": trials,
+                    "median_s": median_s,
+                    "gflops": w.flops / median_s / 1e9 if median_s and w.flops else None,
+                    "candidate_hash": candidate.candidate_hash if candidate else None,
+                    "trace_sha256": sha256_text(candidate.trace_json) if candidate else None,
+                })
+        url = database.url_display
+    finally:
+        database.close()
+    if not workloads:
+        fail(f"no workload matches {'--model ' + model if model else '--workload ' + str(workload)} in {url}")
+    if as_json:
+        sys.stdout.write(json.dumps({"db": url, "best": rows}) + "\n")
+        return
+    typer.echo(url)
+    for r in rows:
+        latency = f"{r['median_s'] * 1e6:10.2f} us" if r["median_s"] else "    no time"
+        gflops = f"{r['gflops']:9.2f} GFLOP/s" if r["gflops"] else ""
+        typer.echo(f"  {r['workload']:<32} {r['workload_hash'][:16]}  {r['key']:<10} {latency} "
+                   f"{gflops}  trials {r['trials']}")

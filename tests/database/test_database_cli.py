@@ -1,0 +1,72 @@
+"""`tune db stats` and `tune db best`, in text and --json, on every backend."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from database import GraphCandidateRecord
+from tuner.cli import app
+
+runner = CliRunner()
+
+
+def tune_db(*args: str):
+    return runner.invoke(app, ["db", *args])
+
+
+def _fill(db, make):
+    """Two workloads of one model, three candidates each, on one target; one other target."""
+    target, other = make.target(), make.target("cuda", key="gpu")
+    db.add_target(target)
+    db.add_target(other)
+    session = db.start_session({}, "tiny.onnx", "model-hash")
+    workloads = [make.workload("w1"), make.workload("w2")]
+    for w in workloads:
+        db.add_workload(w)
+    db.add_graph_candidate(GraphCandidateRecord("model-hash", "(term)", tuple(w.workload_hash for w in workloads)))
+    for w, base in zip(workloads, (1e-3, 2e-3)):
+        candidates = [make.candidate(w, i) for i in range(3)]
+        db.add_candidates(candidates)
+        db.add_measure_results([
+            make.measure(candidates[0], target, times=(base * 2,), session_id=session),
+            make.measure(candidates[1], target, times=(base,), session_id=session),
+            make.measure(candidates[2], target, status="build_error", session_id=session),
+        ])
+    return target, workloads, session
+
+
+def test_stats_json(db_url, db, make):
+    _fill(db, make)
+    result = tune_db("stats", "--db", db_url, "--json")
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)
+    assert stats["rows"]["measure_result"] == 6
+    assert stats["rows"]["candidate_claim"] == 0
+    assert stats["rows"]["workload"] == 2
+
+
+def test_best_by_model_and_by_workload(db_url, db, make):
+    target, workloads, _ = _fill(db, make)
+    for how in (["--model", "tiny.onnx"], ["--model", "model-hash"]):
+        result = tune_db("best", "--db", db_url, "--json", *how)
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)["best"]
+        assert [(r["workload_hash"], r["median_s"], r["trials"], r["key"]) for r in rows] == [
+            (workloads[0].workload_hash, 1e-3, 3, target.key),
+            (workloads[1].workload_hash, 2e-3, 3, target.key),
+        ]  # the other target measured nothing: no row
+        assert rows[0]["gflops"] == workloads[0].flops / 1e-3 / 1e9
+    result = tune_db("best", "--db", db_url, "--workload", "w2")
+    assert result.exit_code == 0, result.output
+    assert "fused_w2" in result.output and "fused_w1" not in result.output
+    assert "2000.00 us" in result.output
+
+
+def test_best_needs_a_selection_and_a_match(db_url, db, make):
+    _fill(db, make)
+    assert tune_db("best", "--db", db_url).exit_code == 1
+    result = tune_db("best", "--db", db_url, "--model", "no-such-model")
+    assert result.exit_code == 1
+    assert "no workload matches --model no-such-model" in result.output
