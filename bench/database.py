@@ -1,0 +1,168 @@
+"""Benchmark: the tuner's database queries over 1,000,000 measure results.
+
+Fills a scratch database (a SQLite file in a temporary directory; a PostgreSQL
+schema created and dropped in the database named by ``--postgres`` or
+``TUNE_TEST_POSTGRES_URL``) with synthetic but realistic records, then times the
+queries a tuning run makes, reporting the median (and min/max) over repeats:
+
+- ``best``: the best candidate of one workload on one target (``Database.best``);
+- ``measured``: every candidate of one workload measured on one target, for
+  resuming a search (``Database.measured_candidates``);
+- ``history``: one workload's training rows on one target (``Database.training_rows``
+  with one workload, what the search learns before its first batch);
+- ``training_set``: every training row of one target (``Database.training_rows``),
+  the cost model's full training set.
+
+Synthetic data: ``--workloads`` kernels, each with ``--candidates`` schedules
+measured once on each of two targets (1,000,000 rows by default); 88% ``ok``,
+the rest build errors, run errors, timeouts and 1% wrong results; five repeat
+times per ok row, log-normal around a per-workload base latency.
+
+Usage: ``python bench/database.py [--workloads 500] [--candidates 1000] [--repeats 20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+# Run as a script, this file's directory comes first on sys.path and its name
+# would shadow the ``database`` package it measures.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import numpy as np  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from database import TargetRecord, canonical_json, open_database, sha256_text  # noqa: E402
+from database.store import measure_stats  # noqa: E402
+
+STATUSES = ["ok"] * 88 + ["build_error"] * 5 + ["run_error"] * 3 + ["timeout"] * 3 + ["wrong_result"]
+
+
+def synthetic(n_workloads: int, n_candidates: int, seed: int = 0):
+    """Rows for the workload, candidate, target and measure_result tables (ids from 1)."""
+    rng = np.random.default_rng(seed)
+    targets = [TargetRecord(canonical_json({"kind": "llvm", "num-cores": n}), "local") for n in (2, 16)]
+    target_rows = [{"id": i + 1, "target_hash": t.target_hash, "target_json": t.target_json, "key": t.key}
+                   for i, t in enumerate(targets)]
+    workloads, candidates, results = [], [], []
+    for w in range(n_workloads):
+        wh = sha256_text(f"workload-{w}")[:16]
+        workloads.append({"id": w + 1, "workload_hash": wh, "name": f"fused_matmul_{w}", "op_kind": "matmul",
+                          "script": f"# TVMScript of kernel {w}", "flops": 2.0 * 128 ** 3,
+                          "shapes_json": canonical_json([{"shape": [128, 128], "dtype": "float32"}]),
+                          "bytes_moved": 3 * 4 * 128.0 ** 2})
+        for c in range(n_candidates):
+            cid = w * n_candidates + c + 1
+            trace = canonical_json([[["SamplePerfectTile", c % 7, c % 13]], [c]])
+            candidates.append({"id": cid, "candidate_hash": sha256_text(wh + "\n" + trace), "workload_id": w + 1,
+                               "trace_json": trace})
+    statuses = rng.choice(STATUSES, size=(len(candidates), len(targets)))
+    speeds = rng.lognormal(0.0, 0.5, size=(len(candidates), len(targets)))
+    for ci, cand in enumerate(candidates):
+        base = 1e-4 * (1 + cand["workload_id"] % 97)
+        for ti in range(len(targets)):
+            status = statuses[ci, ti]
+            times = tuple(base * speeds[ci, ti] * rng.lognormal(0, 0.02, 5)) if status == "ok" else ()
+            results.append({"candidate_id": cand["id"], "target_id": ti + 1, "session_id": None,
+                            "status": status, "times_s": json.dumps(times), **measure_stats(times),
+                            "build_time_s": 1.5, "error": "" if status == "ok" else f"{status}: synthetic",
+                            "worker": "local:bench"})
+    return targets, target_rows, workloads, candidates, results
+
+
+def fill(url: str, data) -> None:
+    """Bulk-insert the synthetic rows in one transaction per table."""
+    _, target_rows, workloads, candidates, results = data
+    engine = create_engine(url)
+    from database.models import Candidate, MeasureResult, Target, Workload
+
+    with engine.begin() as conn:
+        for model, rows in ((Target, target_rows), (Workload, workloads), (Candidate, candidates)):
+            conn.execute(model.__table__.insert(), rows)
+        for start in range(0, len(results), 50_000):
+            conn.execute(MeasureResult.__table__.insert(), results[start:start + 50_000])
+        if conn.dialect.name == "postgresql":
+            for table in ("target", "workload", "candidate", "measure_result"):
+                conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                                  f"(SELECT MAX(id) FROM {table}))"))
+            conn.execute(text("ANALYZE"))
+        else:
+            conn.execute(text("ANALYZE"))
+    engine.dispose()
+
+
+def timed(fn, repeats: int) -> dict:
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - start)
+    return {"median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3, "max_ms": max(times) * 1e3}
+
+
+def run(url: str, label: str, data, repeats: int) -> dict:
+    targets, _, workloads, _, results = data
+    open_database(url).close()  # the schema, through the migrations
+    start = time.perf_counter()
+    fill(url, data)
+    fill_s = time.perf_counter() - start
+    th = targets[1].target_hash
+    rng = np.random.default_rng(1)
+    picks = [workloads[i]["workload_hash"] for i in rng.integers(0, len(workloads), size=repeats)]
+    figures = {"backend": label, "measure_results": len(results), "fill_s": fill_s}
+    with open_database(url) as db:
+        assert db.best(picks[0], th) is not None
+        figures["best"] = timed(lambda i: db.best(picks[i], th), repeats)
+        figures["measured"] = timed(lambda i: db.measured_candidates(picks[i], th), repeats)
+        figures["history"] = timed(lambda i: db.training_rows(th, [picks[i]]), repeats)
+        figures["training_set"] = timed(lambda i: db.training_rows(th), max(3, repeats // 5))
+        figures["training_rows"] = len(db.training_rows(th))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", type=int, default=500)
+    parser.add_argument("--candidates", type=int, default=1000, help="per workload; each measured on 2 targets")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--postgres", default=os.environ.get("TUNE_TEST_POSTGRES_URL"),
+                        help="a PostgreSQL URL whose database may hold a scratch schema (dropped after)")
+    args = parser.parse_args()
+    data = synthetic(args.workloads, args.candidates)
+    print(f"{len(data[4]):,} measure results, {len(data[3]):,} candidates, {len(data[2])} workloads, 2 targets")
+    with tempfile.TemporaryDirectory() as tmp:
+        report(run(f"sqlite:///{tmp}/bench.db", "sqlite", data, args.repeats))
+    if not args.postgres:
+        print("postgresql: skipped (pass --postgres URL or set TUNE_TEST_POSTGRES_URL)")
+        return
+    base = make_url(args.postgres).set(drivername="postgresql+psycopg")
+    schema = f"tune_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        url = base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+        report(run(url, "postgresql", data, args.repeats))
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def report(figures: dict) -> None:
+    print(f"{figures['backend']}: filled in {figures['fill_s']:.1f} s; {figures['training_rows']:,} training rows")
+    for name in ("best", "measured", "history", "training_set"):
+        f = figures[name]
+        print(f"  {name:<13} median {f['median_ms']:9.2f} ms  (min {f['min_ms']:.2f}, max {f['max_ms']:.2f})")
+
+
+if __name__ == "__main__":
+    main()
