@@ -173,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(json.dumps(machine_info(result.command)))
         for row in result.rows:
-            print(f"{row.what}: {row.ours:.4g}" + (f"  (goal {row.goal}: {'met' if row.met else 'NOT met'})"
-                                                   if row.goal else ""))
+            figure = row.ratio if row.ratio is not None else row.ours
+            print(f"{row.what}: {figure:.4g}" + (f"  (goal {row.goal}: {'met' if row.met else 'NOT met'})"
+                                                 if row.goal else ""))
         for note in result.notes:
             print(f"note: {note}")
     return 0
