@@ -213,3 +213,36 @@ def measure_log(conn: Connection, target_hash: str) -> list[tuple[str, str, str,
         .order_by(MeasureResult.id)
     )
     return [tuple(r) for r in rows]
+
+
+def measurement_keys(conn: Connection, pairs: list[tuple[str, str]]) -> set[tuple[str, str, str, str]]:
+    """(candidate hash, target hash, status, times JSON) of the measurements of these pairs."""
+    found: set[tuple[str, str, str, str]] = set()
+    wanted = set(pairs)
+    for part in chunks(sorted({c for c, _ in wanted})):
+        rows = conn.execute(
+            select(Candidate.candidate_hash, Target.target_hash, MeasureResult.status, MeasureResult.times_s)
+            .join(Candidate, Candidate.id == MeasureResult.candidate_id)
+            .join(Target, Target.id == MeasureResult.target_id)
+            .where(Candidate.candidate_hash.in_(part))
+        )
+        found.update((c, t, s, json.dumps(json.loads(times))) for c, t, s, times in rows if (c, t) in wanted)
+    return found
+
+
+def all_measurements(conn: Connection, target_hash: str) -> list[tuple[MeasureRecord, str]]:
+    """Every measurement on a target with its candidate's trace JSON, oldest first."""
+    rows = conn.execute(
+        select(Candidate.trace_json, Candidate.candidate_hash, Workload.workload_hash, MeasureResult.status, MeasureResult.times_s,
+               MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id)
+        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
+        .join(Workload, Workload.id == Candidate.workload_id)
+        .join(Target, Target.id == MeasureResult.target_id)
+        .where(Target.target_hash == target_hash)
+        .order_by(MeasureResult.id)
+    )
+    return [
+        (MeasureRecord(candidate_hash=c, workload_hash=w, target_hash=target_hash, status=s,
+                       times_s=tuple(json.loads(t)), build_time_s=b, error=e, worker=k, session_id=sid), trace)
+        for trace, c, w, s, t, b, e, k, sid in rows
+    ]

@@ -270,33 +270,83 @@ class Database:
         if not results:
             return
         with transaction(self._engine) as conn:
-            candidate_ids = _require_ids(
-                conn,
-                Candidate.candidate_hash,
-                [r.candidate_hash for r in results],
-                "candidate",
-                "add_candidates",
-            )
-            target_ids = _require_ids(
-                conn, Target.target_hash, [r.target_hash for r in results], "target", "add_target"
-            )
-            self._check_workloads(conn, results)
-            rows = [
-                {
-                    "candidate_id": candidate_ids[r.candidate_hash],
-                    "target_id": target_ids[r.target_hash],
-                    "session_id": r.session_id,
-                    "status": r.status,
-                    "times_s": json.dumps([float(t) for t in r.times_s]),
-                    **measure_stats(r.times_s),
-                    "build_time_s": float(r.build_time_s),
-                    "error": r.error,
-                    "worker": r.worker,
-                }
-                for r in results
-            ]
+            self._insert_measurements(conn, results)
+
+    def _insert_measurements(self, conn, results: list[MeasureRecord]) -> int:
+        candidate_ids = _require_ids(
+            conn,
+            Candidate.candidate_hash,
+            [r.candidate_hash for r in results],
+            "candidate",
+            "add_candidates",
+        )
+        target_ids = _require_ids(
+            conn, Target.target_hash, [r.target_hash for r in results], "target", "add_target"
+        )
+        self._check_workloads(conn, results)
+        rows = [
+            {
+                "candidate_id": candidate_ids[r.candidate_hash],
+                "target_id": target_ids[r.target_hash],
+                "session_id": r.session_id,
+                "status": r.status,
+                "times_s": json.dumps([float(t) for t in r.times_s]),
+                **measure_stats(r.times_s),
+                "build_time_s": float(r.build_time_s),
+                "error": r.error,
+                "worker": r.worker,
+            }
+            for r in results
+        ]
+        if rows:
             conn.execute(MeasureResult.__table__.insert(), rows)
             claims.mark_measured(conn, {(row["candidate_id"], row["target_id"]) for row in rows})
+        return len(rows)
+
+    def import_records(
+        self,
+        targets: list[TargetRecord],
+        workloads: list[WorkloadRecord],
+        candidates: list[CandidateRecord],
+        results: list[MeasureRecord],
+    ) -> dict[str, int]:
+        """Add records from another tool in one transaction: all of them or none.
+
+        Keyed records are idempotent as in :meth:`add_target` and friends. A
+        measurement is skipped when the database already holds one of the same
+        candidate on the same target with the same status and repeat times, so
+        importing the same records twice adds nothing.
+
+        Returns
+        -------
+        dict
+            ``{"measure_results": added, "skipped": already present}``.
+        """
+        with transaction(self._engine) as conn:
+            _insert_ignore(conn, Target, "target_hash", [
+                {"target_hash": t.target_hash, "target_json": t.target_json, "key": t.key} for t in targets])
+            _insert_ignore(conn, Workload, "workload_hash", [
+                {name: getattr(w, name) for name in _WORKLOAD_FIELDS} for w in workloads])
+            if candidates:
+                workload_ids = _require_ids(conn, Workload.workload_hash, [c.workload_hash for c in candidates],
+                                            "workload", "add_workload")
+                _insert_ignore(conn, Candidate, "candidate_hash", [
+                    {"candidate_hash": c.candidate_hash, "workload_id": workload_ids[c.workload_hash],
+                     "trace_json": c.trace_json} for c in candidates])
+            present = queries.measurement_keys(conn, [(r.candidate_hash, r.target_hash) for r in results])
+            fresh, seen = [], set(present)
+            for r in results:
+                key = (r.candidate_hash, r.target_hash, r.status, json.dumps([float(t) for t in r.times_s]))
+                if key not in seen:
+                    seen.add(key)
+                    fresh.append(r)
+            added = self._insert_measurements(conn, fresh)
+        return {"measure_results": added, "skipped": len(results) - added}
+
+    def measure_results(self, target_hash: str) -> list[tuple[MeasureRecord, str]]:
+        """Every measurement on a target with its candidate's trace JSON, oldest first (for export)."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.all_measurements(conn, target_hash)
 
     @staticmethod
     def _check_workloads(conn, results: list[MeasureRecord]) -> None:

@@ -92,3 +92,43 @@ def best_command(
         gflops = f"{r['gflops']:9.2f} GFLOP/s" if r["gflops"] else ""
         typer.echo(f"  {r['workload']:<32} {r['workload_hash'][:16]}  {r['key']:<10} {latency} "
                    f"{gflops}  trials {r['trials']}")
+
+
+@db_app.command("import")
+def import_command(
+    directory: Annotated[str, typer.Argument(help="A MetaSchedule database directory (database_workload.json, database_tuning_record.json).")],
+    key: Annotated[str, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key to file the measurements under.")] = "local",
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Import TVM MetaSchedule tuning records (one transaction; importing twice adds nothing)."""
+    from database import open_database
+    from database.interop import import_metaschedule
+
+    database = open_database(db)
+    try:
+        counts = import_metaschedule(database, directory, key)
+    finally:
+        database.close()
+    if as_json:
+        sys.stdout.write(json.dumps(counts) + "\n")
+    else:
+        typer.echo(f"{counts['records']} records of {counts['workloads']} workloads: "
+                   f"{counts['measure_results']} measurements added, {counts['skipped']} already present")
+
+
+@db_app.command("export")
+def export_command(
+    directory: Annotated[str, typer.Argument(help="Directory for database_workload.json and database_tuning_record.json (appended to).")],
+    db: DbOption = None,
+) -> None:
+    """Export every measurement as a TVM MetaSchedule JSON database."""
+    from database import open_database
+    from database.interop import export_metaschedule
+
+    database = open_database(db)
+    try:
+        counts = export_metaschedule(database, directory)
+    finally:
+        database.close()
+    typer.echo(f"{counts['records']} records of {counts['workloads']} workloads written to {directory}")
