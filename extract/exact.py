@@ -32,7 +32,6 @@ from .extraction import (
     CandidateGraph,
     LatencyCostModel,
     NodeCost,
-    _decl_name,
     _extract,
     _room,
     candidate_from_term,
@@ -106,7 +105,7 @@ def extract_exact(
     nodes = model.nodes()
     classes = sorted({c for c, *_ in nodes} | {k for _, _, kids, _ in nodes for k in kids}, key=str)
     index = {c: i for i, c in enumerate(classes)}
-    root = _root_class(nodes)
+    root = _root_class(state)
     n_nodes, n_classes = len(nodes), len(classes)
     # variables: x (nodes), y (classes), t (levels)
     nx, ny = n_nodes, n_classes
@@ -171,11 +170,10 @@ def extract_exact(
     return ExactResult(candidate, optimal, float(result.fun) / _SCALE, solve_s)
 
 
-def _root_class(nodes: list) -> object:
-    """The e-class of the program's output: the one e-class no e-node uses."""
-    used = {kid for _, _, kids, _ in nodes for kid in kids}
-    roots = {cls for cls, *_ in nodes} - used
-    if len(roots) != 1:
-        names = sorted({_decl_name(d) for c, d, *_ in nodes if c in roots})
-        raise ExtractionError(f"expected one root e-class, found {len(roots)}: {names}")
-    return next(iter(roots))
+def _root_class(state: ProgramEGraph) -> object:
+    """The e-class of the program's output (marked by :func:`extract.lang.program_root`)."""
+    for call in state.egraph.freeze().decl.sets:
+        fn = call.callable
+        if getattr(fn, "ident", None) is not None and fn.ident.name == "program_root":
+            return call.args[0].expr.value
+    raise ExtractionError("the e-graph has no program root")

@@ -77,6 +77,7 @@ __all__ = [
     "node_name",
     "order",
     "permute_dims",
+    "program_root",
     "reshape",
     "rms_norm",
     "rms_norm_dense",
@@ -200,6 +201,11 @@ def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
 @function
 def dtype(t: Tensor) -> String:  # type: ignore[empty-body]
     """Element dtype of a tensor e-class, e.g. ``"float32"``."""
+
+
+@function
+def program_root(t: Tensor) -> i64:  # type: ignore[empty-body]
+    """Set (to 1) on the e-class of the program's output, so extractors can find it."""
 
 
 @function

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import tvm
-from egglog import EGraph, run
+from egglog import EGraph, i64, run, set_
 
-from .lang import NODE_NAMES, Tensor
+from .lang import NODE_NAMES, Tensor, program_root
 from .rules import ANALYSIS, FAMILIES, RULESETS
 from .translate import Translation, translate
 
@@ -135,7 +135,11 @@ class ProgramEGraph:
         translation = translate(mod)
         egraph = EGraph()
         with recursion_room(len(translation.facts)):
-            egraph.register(translation.root, *translation.facts)
+            egraph.register(
+                translation.root,
+                *translation.facts,
+                set_(program_root(translation.root)).to(i64(1)),
+            )
         return cls(translation, egraph)
 
     @property

@@ -254,6 +254,24 @@ def test_exact_extraction_is_never_worse_than_greedy(model, exploration, expensi
         assert check_equivalent(model.mod, exact.candidate.mod, inputs(model)) <= 1e-4
 
 
+def test_exact_extraction_finds_the_root_beside_dead_code():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((6, 8), "float32"))
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            bb.emit(relax.op.add(x, x))  # unused: an e-class no e-node uses
+            gv = bb.emit_output(relax.op.matmul(x, relax.op.permute_dims(w, [1, 0])))
+        bb.emit_func_output(gv)
+    mod = bb.finalize()
+    exploration = explore(mod, max_candidates=1)
+    exact = extract_exact(exploration.state)
+    assert counts(exact.candidate.term)["dense"] == 1
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((4, 8)).astype("float32"), rng.standard_normal((6, 8)).astype("float32")]
+    assert check_equivalent(mod, exact.candidate.mod, args) <= 1e-5
+
+
 def test_identical_layers_are_priced_once():
     asked = []
 
