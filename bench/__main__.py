@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_module(name, module, title, args.quick, timeout_s, env)
             print(f"[bench] {name}: {result.status} {result.reason} ({result.seconds:.0f} s)", file=sys.stderr,
                   flush=True)
+            for row in result.rows:
+                print(f"[bench]   {row.what}: ours {row.ours}, {row.anchor_name} {row.anchor}, ratio {row.ratio}, "
+                      f"{row.goal}, met {row.met}", file=sys.stderr, flush=True)
             results.append(result)
     path = write(results, machine, args.out)
     print(path)

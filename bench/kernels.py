@@ -70,7 +70,8 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
     points = []
     with tempfile.TemporaryDirectory(prefix="bench-kernels-") as tmp:
         url = db_url or f"sqlite:///{os.path.join(tmp, 'kernels.db')}"
-        with OurTuner(url, target, MeasureConfig(repeat=5, min_repeat_ms=20)) as tuner:
+        with OurTuner(target, MeasureConfig(repeat=5, min_repeat_ms=20)) as tuner:
+            tuner.open(url)
             tuned = []
             for shape in shapes:
                 kernel = matmul_kernel(shape)

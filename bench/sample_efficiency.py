@@ -81,13 +81,14 @@ def run(quick: bool = False, db_dir: str | None = None) -> BenchResult:
     walls: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-sample-") as tmp:
         db_dir = db_dir or os.environ.get("BENCH_WORK_DIR") or tmp
-        with OurTuner(f"sqlite:///{os.path.join(db_dir, 'cold.db')}", target, measure) as cold:
+        with OurTuner(target, measure) as ours:
+            cold = ours.open(f"sqlite:///{os.path.join(db_dir, 'cold.db')}")
             for shape in cfg["targets"]:
                 t0 = time.time()
                 runs.setdefault(shape.label(), {})["ours cold"] = cold.tune(matmul_kernel(shape), top,
                                                                             cold.trainer(warm=False))
                 walls.setdefault(shape.label(), {})["ours cold"] = time.time() - t0
-        with OurTuner(f"sqlite:///{os.path.join(db_dir, 'warm.db')}", target, measure) as warm:
+            warm = ours.open(f"sqlite:///{os.path.join(db_dir, 'warm.db')}")
             trainer = warm.trainer(warm=False)
             for shape in cfg["warm_from"]:
                 warm.tune(matmul_kernel(shape), cfg["warm_trials"], trainer)

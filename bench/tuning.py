@@ -92,12 +92,13 @@ def best_so_far(trials: list[Trial], budget: int) -> Trial | None:
 
 
 class OurTuner:
-    """Our tuner on one SQLite database with a local tracker and one RPC worker (a context manager).
+    """Our tuner with a local tracker, one RPC worker and a build pool (a context manager).
+
+    The measuring processes stay up across databases: :meth:`open` switches the
+    tuning database (each is a real SQLite file with its own session).
 
     Parameters
     ----------
-    db_url : str
-        SQLAlchemy URL of the tuning database.
     target : tvm.target.Target
         What to tune for.
     config : MeasureConfig
@@ -106,29 +107,42 @@ class OurTuner:
         Candidates per batch (the cost model retrains between batches).
     """
 
-    def __init__(self, db_url: str, target, config: MeasureConfig | None = None, batch_size: int = 8) -> None:
-        self.db_url, self.target = db_url, target
+    def __init__(self, target, config: MeasureConfig | None = None, batch_size: int = 8) -> None:
+        self.target = target
         self.config = config or MeasureConfig()
         self.batch_size = batch_size
         self.target_rec = TargetRecord(target_json(target), LOCAL_KEY)
+        self.db = None
 
     def __enter__(self) -> OurTuner:
         self.rpc = LocalRPC(key=LOCAL_KEY).__enter__()
-        self.db = open_database(self.db_url)
-        self.db.add_target(self.target_rec)
-        self.session_id = self.db.start_session({"bench": True}, "bench", "bench")
         self.builder = Builder(self.target, timeout_s=self.config.timeout_s)
         self.runner = Runner(self.rpc.address, self.rpc.key, self.config)
+        return self
+
+    def open(self, db_url: str) -> OurTuner:
+        """Tune into the database at ``db_url`` from now on (the previous one is closed)."""
+        self._close_db("finished")
+        self.db = open_database(db_url)
+        self.db.add_target(self.target_rec)
+        self.session_id = self.db.start_session({"bench": True}, "bench", "bench")
         self.measurer = BatchMeasurer(self.db, self.builder, self.runner, self.target_rec, self.session_id,
                                       lambda: None)
         return self
 
+    def _close_db(self, status: str) -> None:
+        if self.db is not None:
+            self.db.finish_session(self.session_id, status)
+            self.db.close()
+            self.db = None
+
     def __exit__(self, *exc) -> None:
-        self.builder.close()
-        self.runner.close()
-        self.db.finish_session(self.session_id, "finished" if exc[0] is None else "failed")
-        self.db.close()
-        self.rpc.__exit__(*exc)
+        try:
+            self.builder.close()
+            self.runner.close()
+            self._close_db("finished" if exc[0] is None else "failed")
+        finally:
+            self.rpc.__exit__(*exc)
 
     def trainer(self, warm: bool) -> ModelTrainer:
         """A cost-model trainer: from the database's newest model for this target when ``warm``, else untrained."""
