@@ -67,7 +67,7 @@ def finish(proc: subprocess.Popen) -> dict:
 
 
 def query(db_url: str, sql: str) -> list[tuple]:
-    engine = create_engine(make_url(db_url).set(drivername=make_url(db_url).drivername))
+    engine = create_engine(db_url)
     try:
         with engine.connect() as conn:
             return [tuple(row) for row in conn.execute(text(sql))]
