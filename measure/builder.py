@@ -67,15 +67,19 @@ class Builder:
         Seconds one build may take before its process is killed (status ``timeout``).
     recycle_after : int
         Builds after which the pool's processes are replaced.
+    warm_up : bool
+        Warm each pool process up (untimed) before its first candidate.
     """
 
     def __init__(
-        self, target: tvm.target.Target, workers: int | None = None, timeout_s: float = 60.0, recycle_after: int = 256
+        self, target: tvm.target.Target, workers: int | None = None, timeout_s: float = 60.0, recycle_after: int = 256,
+        warm_up: bool = True,
     ) -> None:
         self.target = target
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = timeout_s
         self.recycle_after = recycle_after
+        self.warm_up = warm_up
         self._pool: PopenPoolExecutor | None = None
         self._built = 0
 
@@ -85,8 +89,8 @@ class Builder:
             return []
         if self._pool is None or self._built >= self.recycle_after:
             self.close()
-            self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_s, initializer=_warm_up,
-                                           initargs=(self.target,))
+            self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_s,
+                                           initializer=_warm_up if self.warm_up else None, initargs=(self.target,))
             self._built = 0
         self._built += len(mods)
         results = []
