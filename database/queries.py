@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, exists, func, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.orm import aliased
 
 from .models import Candidate, CostModelVersion, MeasureResult, Target, Workload
 from .records import CandidateRecord, MeasureRecord, TargetRecord, TrainingRow
@@ -51,12 +52,15 @@ def _latest_ids(target: int, *, ok_only: bool, workload_ids: list[int] | None) -
             Candidate.workload_id.in_(workload_ids)
         )
     if ok_only:
-        wrong = select(MeasureResult.candidate_id).where(
-            MeasureResult.target_id == target, MeasureResult.status == "wrong_result"
+        # Correlated, so each candidate costs one probe of the (target, candidate)
+        # index instead of a scan of every wrong result on the target.
+        other = aliased(MeasureResult)
+        wrong = select(other.id).where(
+            other.candidate_id == MeasureResult.candidate_id,
+            other.target_id == target,
+            other.status == "wrong_result",
         )
-        query = query.where(
-            MeasureResult.status == "ok", MeasureResult.candidate_id.not_in(wrong)
-        )
+        query = query.where(MeasureResult.status == "ok", ~exists(wrong))
     return query.group_by(MeasureResult.candidate_id)
 
 
