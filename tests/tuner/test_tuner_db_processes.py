@@ -103,31 +103,46 @@ def shared_url(request, tmp_path):
         admin.dispose()
 
 
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a run, then the tracker, worker and build pool it started (their own sessions)."""
+    if proc.poll() is not None:
+        return
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def wait_for_first_measurement(proc: subprocess.Popen, db_path, deadline_s: float) -> None:
+    """Poll the SQLite file until a measurement is recorded (fail if the run ends or time runs out)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "no measurement recorded in time"
+        time.sleep(0.5)
+        if not db_path.exists():
+            continue
+        with sqlite3.connect(db_path, timeout=30) as con:
+            try:
+                if con.execute("SELECT COUNT(*) FROM measure_result").fetchone()[0]:
+                    return
+            except sqlite3.OperationalError:  # schema not created yet
+                continue
+
+
 def test_killed_run_leaves_a_consistent_database_and_the_rerun_resumes(tmp_path):
     model = write_matmul_add(tmp_path / "mm.onnx", 8, 16, 8)
     db_path = tmp_path / "tune.db"
     url = f"sqlite:///{db_path}"
     proc = start_run(model, url, tmp_path)
-    deadline = time.monotonic() + 1500
-    measured = 0
-    while measured == 0:  # kill it once the first measurement is recorded
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, "no measurement recorded in time"
-        time.sleep(0.5)
-        if db_path.exists():
-            with sqlite3.connect(db_path, timeout=30) as con:
-                try:
-                    measured = con.execute("SELECT COUNT(*) FROM measure_result").fetchone()[0]
-                except sqlite3.OperationalError:  # schema not created yet
-                    measured = 0
-    children = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    for child in children:  # the tracker, worker and build pool it started
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
+    try:
+        wait_for_first_measurement(proc, db_path, deadline_s=1500)
+    finally:  # the crash: SIGKILL, no chance to clean up (or the test failed: end it all the same)
+        kill_tree(proc)
 
     with sqlite3.connect(db_path) as con:
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -147,7 +162,11 @@ def test_four_concurrent_runs_share_one_database(shared_url, tmp_path):
     a = write_matmul_add(tmp_path / "a.onnx", 8, 16, 8)
     b = write_matmul_add(tmp_path / "b.onnx", 16, 8, 16)
     procs = [start_run(model, shared_url, tmp_path) for model in (a, b, a, b)]
-    summaries = [finish(p) for p in procs]
+    try:
+        summaries = [finish(p) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree(p)
 
     assert query(shared_url, DUPLICATES) == []  # no candidate measured twice on the target
     recorded = query(shared_url, "SELECT session_id, COUNT(*) FROM measure_result GROUP BY session_id")
