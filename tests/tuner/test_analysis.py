@@ -56,9 +56,10 @@ def test_workloads_and_tuning_curves(data):
 
 def test_repeat_noise_is_the_cv_of_stored_repeats(data):
     noise = an.repeat_noise(data)
-    assert (noise.repeats == 3).all() and (noise.cv >= 0).all()
+    assert (noise.repeats >= 2).all() and (noise.cv >= 0).all()
     row = data.measurements.set_index("id").loc[noise.id.iloc[0]]
     t = np.asarray(row.times_s)
+    assert noise.repeats.iloc[0] == len(t)
     assert noise.cv.iloc[0] == pytest.approx(t.std(ddof=1) / t.mean())
 
 
@@ -142,6 +143,14 @@ def test_metaschedule_curves_beside_ours(tuned_db, tmp_path, copy_workload):
     assert sorted(line.get_linestyle() for line in fig.axes[0].get_lines()) == ["-", "--"]
 
 
+def test_url_comes_from_the_argument_then_tune_db_then_the_local_file(monkeypatch):
+    monkeypatch.setenv("TUNE_DB", "sqlite:///from-env.db")
+    assert an.resolve_db_url("sqlite:///given.db") == "sqlite:///given.db"
+    assert an.resolve_db_url(None) == "sqlite:///from-env.db"
+    monkeypatch.delenv("TUNE_DB")
+    assert an.resolve_db_url(None) == "sqlite:///tune.db"
+
+
 @pytest.mark.parametrize(
     "url, message",
     [
@@ -153,14 +162,6 @@ def test_metaschedule_curves_beside_ours(tuned_db, tmp_path, copy_workload):
     ],
     ids=["missing-file", "refused", "unknown-backend", "foreign-sqlite", "not-sqlite"],
 )
-def test_url_comes_from_the_argument_then_tune_db_then_the_local_file(monkeypatch):
-    monkeypatch.setenv("TUNE_DB", "sqlite:///from-env.db")
-    assert an.resolve_db_url("sqlite:///given.db") == "sqlite:///given.db"
-    assert an.resolve_db_url(None) == "sqlite:///from-env.db"
-    monkeypatch.delenv("TUNE_DB")
-    assert an.resolve_db_url(None) == "sqlite:///tune.db"
-
-
 def test_unreadable_databases_fail_with_one_line(tmp_path, url, message):
     conn = sqlite3.connect(tmp_path / "other.db")
     conn.execute("CREATE TABLE notes (x TEXT)")
@@ -174,7 +175,7 @@ def test_unreadable_databases_fail_with_one_line(tmp_path, url, message):
 def test_postgresql_reads_like_sqlite(tuned_db, one_workload_db, postgres_url, copy_workload):
     copy_workload(tuned_db, postgres_url)
     on_pg, on_sqlite = an.load(postgres_url), an.load(one_workload_db)
-    assert "***" in on_pg.url or "@" not in on_pg.url or on_pg.url.startswith("postgresql")
+    assert on_pg.url.startswith("postgresql+psycopg://")
     cols = ["workload", "trial", "status", "median_s", "best_s"]
     pd.testing.assert_frame_equal(an.tuning_curves(on_pg)[cols], an.tuning_curves(on_sqlite)[cols])
     pd.testing.assert_frame_equal(an.repeat_noise(on_pg).drop(columns="id"),
