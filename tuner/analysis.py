@@ -66,7 +66,8 @@ class TuningData:
         ``candidate_hash``, ``is_default`` (the untuned schedule), ``workload_hash``,
         ``workload`` (name), ``op_kind``, ``flops``, ``bytes_moved``, ``target_hash``,
         ``target_json``, ``key`` (the RPC key), ``model_source`` and ``source``
-        (``"tune"``, or ``"metaschedule"`` for records imported from MetaSchedule logs).
+        (``"tune"``, or ``"metaschedule"`` for records imported by ``tune db import``: their
+        worker, or their session's model source or arguments, names MetaSchedule).
     sessions : pd.DataFrame
         ``session_id``, ``model_source``, ``model_hash``, ``status``, ``started_at``, ``ended_at``.
     workloads : pd.DataFrame
@@ -186,7 +187,7 @@ def _assemble(url: str, f: dict[str, pd.DataFrame]) -> TuningData:
     m["is_default"] = m.pop("trace_json") == DEFAULT_TRACE_JSON
     m = m.merge(f["workloads"], on="workload_hash", how="left").merge(f["targets"], on="target_hash", how="left")
     m = m.merge(sessions[["session_id", "model_source", "source"]], on="session_id", how="left")
-    # Records without a session are imports; MetaSchedule's name their worker or source.
+    # `tune db import` files MetaSchedule's records with no session and worker "metaschedule".
     m["source"] = [
         METASCHEDULE if _is_metaschedule(w) or s == METASCHEDULE else OURS for w, s in zip(m.worker, m.source)
     ]
