@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, module, title in chosen:
             print(f"[bench] {name} ...", file=sys.stderr, flush=True)
             if module is None:
-                result = run_cost_model(work, quick=args.quick, title=title)
+                result = run_cost_model(work, quick=args.quick, title=title, timeout_s=timeout_s)
             else:
                 result = run_module(name, module, title, args.quick, timeout_s, env)
             print(f"[bench] {name}: {result.status} {result.reason} ({result.seconds:.0f} s)", file=sys.stderr,

@@ -121,9 +121,15 @@ def _cpu_model() -> str:
 
 
 def _version(module: str) -> str:
+    """The installed distribution's version (``importlib.metadata``), else the module's ``__version__``."""
+    from importlib import metadata
+
     try:
-        mod = __import__(module)
-        return str(getattr(mod, "__version__", "?"))
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        return str(getattr(__import__(module), "__version__", "?"))
     except Exception:  # noqa: BLE001 - a missing or broken package is reported, not raised
         return "not installed"
 

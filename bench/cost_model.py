@@ -27,8 +27,8 @@ GOALS = {"top1": 0.90, "top5": 0.95, "pairwise": 0.87}
 WARM_DB = "warm.db"  # what bench.sample_efficiency leaves in BENCH_WORK_DIR
 
 
-def run(work_dir: str, quick: bool = False, title: str = "Cost model") -> BenchResult:
-    """Evaluate on ``work_dir/warm.db``; "not run" when that database is missing or the command fails."""
+def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s: float = 3600.0) -> BenchResult:
+    """Evaluate on ``work_dir/warm.db``; "not run" when that database is missing or the command fails or times out."""
     from tuner.cost_model import DEFAULT_OBJECTIVE
 
     db_path = os.path.join(work_dir, WARM_DB)
@@ -38,7 +38,11 @@ def run(work_dir: str, quick: bool = False, title: str = "Cost model") -> BenchR
         return BenchResult.not_run(NAME, title, "needs the database of the sample-efficiency benchmark, which did "
                                    "not run or left none.", shown)
     start = time.time()
-    proc = subprocess.run(tune, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(tune, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return BenchResult.not_run(NAME, title, f"`tune model eval` stopped after its limit of {timeout_s:.0f} s.",
+                                   shown)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return BenchResult.not_run(NAME, title, f"`tune model eval` failed: {tail[0]}", shown)

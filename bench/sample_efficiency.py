@@ -142,7 +142,9 @@ def run(quick: bool = False, db_dir: str | None = None) -> BenchResult:
         "MetaSchedule: tune_tir defaults (evolutionary search, XGBoost, 64 trials per iteration or the budget if "
         "smaller); its local builder's timeout raised to 600 s (loaded machines need more than 30 s to start "
         "its build processes).",
-        "Tuning wall time per kernel (s): " + "; ".join(
+        "Tuning wall time per kernel (s; ours cold's first kernel includes starting the build pool, whose "
+        "processes import TVM's tensor intrinsics; MetaSchedule restarts its build processes every batch): "
+        + "; ".join(
             f"{c['label']}: " + ", ".join(f"{k} {v:.0f}" for k, v in c["tuning_wall_s"].items()) for c in curves),
     ]
     plot = {"kind": "curves", "ylabel": "best latency (ms)", "kernels": curves}
