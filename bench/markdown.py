@@ -137,6 +137,7 @@ def _ratios(plt, result: BenchResult):
 
 def write(results: list[BenchResult], machine: dict, out_dir: str) -> str:
     """Write ``out_dir/BENCHMARKS.md`` and ``out_dir/bench/plots/<name>.png``; returns the Markdown path."""
+    os.makedirs(out_dir, exist_ok=True)
     plots = {}
     for res in results:
         rel = os.path.join(PLOT_DIR, f"{res.name}.png")
