@@ -54,6 +54,12 @@ class Dataset:
         return len(set(self.groups.tolist()))
 
 
+def parse_kernel(script: str) -> tvm.tirx.PrimFunc:
+    """The PrimFunc of a workload's stored TVMScript (a module's ``main`` when the script is a module)."""
+    parsed = tvm.script.from_source(script)
+    return parsed["main"] if isinstance(parsed, tvm.IRModule) else parsed
+
+
 def load_dataset(db, target_hash: str, target: tvm.target.Target) -> Dataset:
     """Replay and featurize every successful measurement of ``target_hash`` in ``db``.
 
@@ -71,8 +77,7 @@ def load_dataset(db, target_hash: str, target: tvm.target.Target) -> Dataset:
         if workload is None or not keep:
             skipped += len(keep)
             continue
-        func = tvm.script.from_source(workload.script)
-        space = ScheduleSpace(func, wh, target)
+        space = ScheduleSpace(parse_kernel(workload.script), wh, target)
         replayed, ok_rows = [], []
         for r in keep:
             try:

@@ -32,6 +32,7 @@ from sklearn.model_selection import GroupKFold
 from database import CandidateRecord
 
 from .cost_model import XGBCostModel, featurize
+from .dataset import parse_kernel
 from .search import ModelTrainer, pick_batch
 from .space import ScheduleSpace
 
@@ -73,7 +74,7 @@ def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 
         workload = db.get_workload(wh)
         if workload is None or len(cands) < min_size:
             continue
-        space = ScheduleSpace(tvm.script.from_source(workload.script), wh, target)
+        space = ScheduleSpace(parse_kernel(workload.script), wh, target)
         replayed, lat, default = [], [], None
         for ch, (trace, status, median) in cands.items():
             try:
