@@ -35,6 +35,9 @@ def _build_one(mod: tvm.IRModule, *, target: tvm.target.Target) -> tuple[str, fl
         default_export,
     )
 
+    from .tvmapi import register_tensor_intrinsics
+
+    register_tensor_intrinsics(target)  # before default_build imports every backend's intrinsics
     start = time.perf_counter()
     path = default_export(default_build(mod, target, None))
     return path, time.perf_counter() - start

@@ -7,8 +7,12 @@ this module, so that the next rename (``tir`` -> ``tirx``/``s_tir``, string targ
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
+import sys
+import types
 
 import tvm
 import tvm_ffi
@@ -117,3 +121,34 @@ def lower_and_finalize_passes(target: tvm.target.Target) -> list:
         from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
         return list(cpu_pipeline.dataflow_lower_passes(target)) + list(cpu_pipeline.finalize_passes(target))
+
+
+_CPU_INTRINSICS = ("x86", "arm_cpu", "riscv_cpu")
+
+
+def register_tensor_intrinsics(target: tvm.target.Target) -> None:
+    """Register the tensor intrinsics MetaSchedule may use for ``target``, and no others.
+
+    ``tvm.s_tir.meta_schedule.TuneContext`` imports ``tvm.s_tir.tensor_intrin``,
+    whose package import parses every intrinsic of every backend from TVMScript
+    (CUDA's alone are hundreds): about 24 s of CPU per process on a 2-core x86
+    machine, against about 1.6 s for the CPU backends' modules (x86, arm_cpu,
+    riscv_cpu; measured with ``time.process_time`` around the imports). For an
+    ``llvm`` target this registers the package without running its ``__init__``
+    and imports only the CPU modules, so the later import in ``TuneContext`` is
+    free; for any other target kind it imports the whole package as TVM does.
+    Idempotent; call it before creating a ``TuneContext``.
+    """
+    name = "tvm.s_tir.tensor_intrin"
+    if target.kind.name != "llvm":
+        importlib.import_module(name)
+        return
+    if name not in sys.modules:
+        spec = importlib.util.find_spec(name)
+        package = types.ModuleType(name)
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__package__ = name
+        package.__spec__ = spec
+        sys.modules[name] = package
+    for module in _CPU_INTRINSICS:
+        importlib.import_module(f"{name}.{module}")

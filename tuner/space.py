@@ -13,8 +13,15 @@ from dataclasses import dataclass
 import tvm
 
 from database import DEFAULT_TRACE_JSON, CandidateRecord
-
-from measure.tvmapi import ArgInfo, PrimFunc, Schedule, apply_trace, ms, trace_to_json
+from measure.tvmapi import (
+    ArgInfo,
+    PrimFunc,
+    Schedule,
+    apply_trace,
+    ms,
+    register_tensor_intrinsics,
+    trace_to_json,
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class ScheduleSpace:
         self.workload_hash = workload_hash
         self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
         self.args_info = ArgInfo.from_prim_func(self.mod["main"])
+        register_tensor_intrinsics(target)
         self.context = ms.TuneContext(
             self.mod,
             target=target,
