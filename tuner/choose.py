@@ -1,44 +1,58 @@
 """Choosing the program to compile: price each candidate program from its kernels.
 
 A kernel's price is its best measured latency on the target (seconds), else the
-cost model's prediction for it; a program's price is the sum over its kernels of
-calls times price.
+XGBoost cost model's prediction for it, else (no trained model: too few
+measurements) its roofline lower bound (``tuner.roofline_model``); a program's
+price is the sum over its kernels of calls times price.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from .cost_model import featurize
 from .kernels import Kernel
+from .roofline_model import RooflineCostModel
 
 
-class PricingError(RuntimeError):
-    """A kernel has neither a measurement nor a trained cost model to price it."""
+def kernel_latency(db, kernel: Kernel, space, target_hash: str, trainer,
+                   roofline: RooflineCostModel | None = None) -> tuple[float, str]:
+    """Price of one call of ``kernel`` in seconds, and where it came from.
 
-
-def kernel_latency(db, kernel: Kernel, space, target_hash: str, trainer) -> tuple[float, bool]:
-    """Best measured latency of ``kernel`` in seconds and False, else the model's cheapest prediction and True.
-
-    Raises
-    ------
-    PricingError
-        Nothing measured and no trained model.
+    Returns ``(seconds, source)`` with source ``"measured"`` (best measured
+    latency on the target), ``"predicted"`` (the trained model's cheapest
+    prediction over the default and 16 sampled schedules) or ``"roofline"``
+    (no trained model: ``roofline``, measured on this machine when None).
     """
     best = db.best(kernel.workload.workload_hash, target_hash)
     if best is not None:
-        return best[1], False
+        return best[1], "measured"
     if not trainer.model.fitted:
-        raise PricingError(f"kernel {kernel.name} has no measurement and there is no trained cost model to price it")
+        return (roofline or _host_roofline()).predict_latency(kernel.workload), "roofline"
     cands = [space.default()] + space.sample(16)
     X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
-    return float(trainer.predict(X).min()), True
+    return float(trainer.predict(X).min()), "predicted"
 
 
-def price_programs(db, graphs, spaces, target_hash: str, trainer) -> dict[str, float]:
-    """Price of each candidate program (term hash -> seconds); ``graphs`` holds (candidate, fused, kernels)."""
-    return {
-        cand.term_hash: sum(k.calls * kernel_latency(db, k, spaces[k.workload.workload_hash], target_hash, trainer)[0]
-                            for k in kernels)
-        for cand, _, kernels in graphs
-    }
+@functools.cache
+def _host_roofline() -> RooflineCostModel:
+    return RooflineCostModel.measured()
+
+
+def price_programs(db, graphs, spaces, target_hash: str, trainer) -> tuple[dict[str, float], set[str]]:
+    """Price of each candidate program (term hash -> seconds) and the sources used.
+
+    ``graphs`` holds (candidate, fused module, kernels) triples; the sources are
+    those of :func:`kernel_latency` over every kernel priced.
+    """
+    prices, sources = {}, set()
+    for cand, _, kernels in graphs:
+        total = 0.0
+        for k in kernels:
+            seconds, source = kernel_latency(db, k, spaces[k.workload.workload_hash], target_hash, trainer)
+            total += k.calls * seconds
+            sources.add(source)
+        prices[cand.term_hash] = total
+    return prices, sources

@@ -83,6 +83,9 @@ class BatchMeasurer:
                                              build_time_s=b.build_time_s, **common))
             else:
                 r = next(runs)
+                records.extend(MeasureRecord(status="worker_lost", error=lost.error, build_time_s=b.build_time_s,
+                                             **dict(common, worker=lost.worker or self.runner.worker_name))
+                               for lost in r.retries)  # attempts on workers that died under it, then the outcome
                 records.append(MeasureRecord(status=r.status, times_s=r.times_s, error=r.error,
                                              build_time_s=b.build_time_s,
                                              **dict(common, worker=r.worker or self.runner.worker_name)))

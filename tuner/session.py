@@ -40,7 +40,7 @@ from measure import (
 )
 from measure.tvmapi import host_cpu, make_target, target_json
 
-from .choose import PricingError, price_programs
+from .choose import price_programs
 from .compile import build_default, build_tuned, export, run_on_worker, verify
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .measuring import BatchMeasurer
@@ -72,6 +72,9 @@ class RunOptions:
     repeat: int = 5
     min_repeat_ms: int = 20
     timeout_s: float = 60.0
+    max_cv: float = 0.1
+    device_wait_s: float = 120.0
+    retries: int = 2
     max_candidates: int = 4
     batch_size: int = 8
     seed: int = 0
@@ -154,6 +157,9 @@ class TuneRun:
             repeat=options.repeat,
             min_repeat_ms=options.min_repeat_ms,
             timeout_s=options.timeout_s,
+            max_cv=options.max_cv,
+            device_wait_s=options.device_wait_s,
+            retries=options.retries,
         )
         self.search_config = SearchConfig(trials=options.trials, batch_size=options.batch_size, seed=options.seed)
         self._stop = threading.Event()
@@ -291,6 +297,8 @@ class TuneRun:
             chosen, prices = self._choose(db, graphs, spaces, target_rec, trainer)
             cand, fused, kernels = chosen
             summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials) for k in kernels]
+            # the last worker may have been lost in the last batch: say so rather than fail inside the timing
+            wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
             latency, artifact, err = self._compile_and_time(db, model, target, fused, kernels, spaces, target_rec,
                                                             tracker, key, session_id)
         db.update_graph_latency(_graph_hash(model.model_hash, cand.term_text), predicted=prices[cand.term_hash],
@@ -334,7 +342,7 @@ class TuneRun:
 
         outcome = tune_kernel(kernel, space, measured, history, trainer, measurer.measure, self.search_config,
                               on_batch)
-        if self.opts.trials and db.best(wh, target_rec.target_hash) is None:
+        if self.opts.trials and measured and db.best(wh, target_rec.target_hash) is None:
             failures = Counter((m.status, m.error) for m in measured.values())
             (status, error), _ = failures.most_common(1)[0]
             raise TuneError(f"every candidate of workload {kernel.name} ({wh}) failed: {status}: {error}")
@@ -342,10 +350,10 @@ class TuneRun:
 
     def _choose(self, db, graphs, spaces, target_rec, trainer):
         """The candidate program with the least price (see ``tuner.choose``)."""
-        try:
-            prices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
-        except PricingError as exc:
-            raise TuneError(str(exc)) from None
+        prices, sources = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
+        if "roofline" in sources:
+            self.progress.note("some kernels have no measurement and too few records train the cost model: "
+                               "they are priced by their roofline lower bound on this machine")
         chosen = min(graphs, key=lambda g: prices[g[0].term_hash])
         self.progress.note(
             "programs priced (sum of kernel latencies): "

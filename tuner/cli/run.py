@@ -24,6 +24,9 @@ def run_command(
     repeat: Annotated[int, typer.Option(help="Repeats per measurement; all are stored.")] = 5,
     min_repeat_ms: Annotated[int, typer.Option("--min-repeat-ms", help="Minimum duration of one repeat in ms.")] = 20,
     timeout: Annotated[float, typer.Option(help="Seconds allowed for one build and for one run.")] = 60.0,
+    max_cv: Annotated[float, typer.Option("--max-cv", help="Coefficient of variation of the repeats above which a measurement is timed again.")] = 0.1,
+    device_wait: Annotated[float, typer.Option("--device-wait", help="Seconds a candidate may wait for a free worker (not counted in --timeout).")] = 120.0,
+    retries: Annotated[int, typer.Option(help="Times a candidate whose worker was lost is retried on another worker.")] = 2,
     candidates: Annotated[int, typer.Option(help="Candidate programs to enumerate from the e-graph.")] = 4,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Candidates measured between cost-model updates.")] = 8,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
@@ -47,7 +50,8 @@ def run_command(
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
         min_repeat_ms=min_repeat_ms, timeout_s=timeout, max_candidates=candidates,
-        batch_size=batch_size, seed=seed, artifact_dir=artifact_dir,
+        batch_size=batch_size, seed=seed, artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait,
+        retries=retries,
     )
     summary = TuneRun(options, Progress(quiet=quiet)).run()
     if as_json:
