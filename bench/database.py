@@ -18,7 +18,7 @@ measured once on each of two targets (1,000,000 rows by default); 88% ``ok``,
 the rest build errors, run errors, timeouts and 1% wrong results; five repeat
 times per ok row, log-normal around a per-workload base latency.
 
-Usage: ``python bench/database.py [--workloads 500] [--candidates 1000] [--repeats 20]``
+Usage: ``python -m bench.database [--quick] [--workloads 500] [--candidates 1000] [--repeats 20] [--json]``
 """
 
 from __future__ import annotations
@@ -136,44 +136,83 @@ def run(url: str, label: str, data, repeats: int) -> dict:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", type=int, default=500)
-    parser.add_argument("--candidates", type=int, default=1000, help="per workload; each measured on 2 targets")
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.database [--quick] [--workloads W] [--candidates C] [--repeats R] [--postgres URL] [--json]``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.database", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 workloads x 500 candidates (20,000 rows), a smoke run")
+    parser.add_argument("--workloads", type=int, default=None, help="default 500 (20 with --quick)")
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="per workload, each measured on 2 targets; default 1000 (500 with --quick)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--postgres", default=os.environ.get("TUNE_TEST_POSTGRES_URL"),
                         help="a PostgreSQL URL whose database may hold a scratch schema (dropped after)")
-    args = parser.parse_args()
-    data = synthetic(args.workloads, args.candidates)
-    print(f"{len(data[4]):,} measure results, {len(data[3]):,} candidates, {len(data[2])} workloads, 2 targets")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object (bench.common)")
+    args = parser.parse_args(argv)
+    workloads = args.workloads or (20 if args.quick else 500)
+    candidates = args.candidates or (500 if args.quick else 1000)
+    started = time.perf_counter()
+    data = synthetic(workloads, candidates)
+    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    say(f"{len(data[4]):,} measure results, {len(data[3]):,} candidates, {len(data[2])} workloads, 2 targets")
+    backends = []
     with tempfile.TemporaryDirectory() as tmp:
-        report(run(f"sqlite:///{tmp}/bench.db", "sqlite", data, args.repeats))
-    if not args.postgres:
-        print("postgresql: skipped (pass --postgres URL or set TUNE_TEST_POSTGRES_URL)")
-        return
-    base = make_url(args.postgres).set(drivername="postgresql+psycopg")
+        backends.append(run(f"sqlite:///{tmp}/bench.db", "sqlite", data, args.repeats))
+        report(backends[-1], say)
+    if args.postgres:
+        backends.append(_run_postgres(args.postgres, data, args.repeats))
+        report(backends[-1], say)
+    else:
+        say("postgresql: skipped (pass --postgres URL or set TUNE_TEST_POSTGRES_URL)")
+    if args.json:
+        result = _result(backends, len(data[4]), args.postgres is not None)
+        result.command = "python -m bench.database " + " ".join(argv if argv is not None else sys.argv[1:])
+        result.seconds = time.perf_counter() - started
+        print(json.dumps(result.to_json()))
+    return 0
+
+
+def _run_postgres(postgres_url: str, data, repeats: int) -> dict:
+    base = make_url(postgres_url).set(drivername="postgresql+psycopg")
     schema = f"tune_bench_{uuid.uuid4().hex[:8]}"
     admin = create_engine(base)
     with admin.begin() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     try:
         url = base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-        report(run(url, "postgresql", data, args.repeats))
+        return run(url, "postgresql", data, repeats)
     finally:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
 
 
-def report(figures: dict) -> None:
+def _result(backends: list[dict], n_rows: int, postgres: bool):
+    """The suite's record: each query's median per backend; best-per-workload judged against 50 ms."""
+    from bench.common import BenchResult, Row
+
+    result = BenchResult(name="database", title=f"Tuning database: the tuner's queries over {n_rows:,} measure results")
+    for f in backends:
+        best = f["best"]["median_ms"]
+        result.rows.append(Row(f"best per workload and target, {f['backend']} (ms, median)", best, 50.0, "goal 50 ms",
+                               best / 50.0, "ms <= 50", bool(best <= 50.0)))
+        for name in ("measured", "history", "training_set"):
+            result.rows.append(Row(f"{name}, {f['backend']} (ms, median)", f[name]["median_ms"], None, "", None, "",
+                                   None))
+    result.notes.append("Synthetic records, 88% ok; medians of wall time over repeats (see bench/database.py).")
+    if not postgres:
+        result.notes.append("PostgreSQL not measured: no --postgres URL and no TUNE_TEST_POSTGRES_URL.")
+    return result
+
+
+def report(figures: dict, say=print) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"{figures['backend']}: filled in {figures['fill_s']:.1f} s; {figures['training_rows']:,} training rows; "
+    say(f"{figures['backend']}: filled in {figures['fill_s']:.1f} s; {figures['training_rows']:,} training rows; "
           f"load average {load} on {os.cpu_count()} CPUs")
     for name in ("best", "measured", "history", "training_set"):
         f = figures[name]
-        print(f"  {name:<13} median {f['median_ms']:9.2f} ms  (min {f['min_ms']:.2f}, max {f['max_ms']:.2f}; "
+        say(f"  {name:<13} median {f['median_ms']:9.2f} ms  (min {f['min_ms']:.2f}, max {f['max_ms']:.2f}; "
               f"client CPU median {f['cpu_median_ms']:.2f} ms)")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
