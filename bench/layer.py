@@ -23,8 +23,10 @@ memory bandwidth), ``min(peak, bandwidth * FLOPs / bytes)``, Williams, Waterman 
 Patterson 2009.  Goals (issue): prefill 1.2x faster than PyTorch eager and 1.5x faster
 than MetaSchedule at the same budget; decode at least as fast as PyTorch eager.
 
-``--quick`` runs the tiny config (``qwen3-tiny``, 8 tokens over 16) with 2 trials per
-workload: a smoke test of the script, not a figure.
+``--quick`` runs the tiny config (``qwen3-tiny``, 8 tokens) with 2 trials per workload,
+the prefill stage only and without the MetaSchedule anchor (``tune_relax`` builds each
+batch in fresh processes; on 2 cores one tiny stage takes it over 20 minutes): a smoke
+test of the script, not a figure.
 """
 
 from __future__ import annotations
@@ -71,10 +73,13 @@ def metaschedule_layer(imported, trials: int, target, work_dir: str, repeat: int
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from tuner.kernels import lower_to_kernels
+
     shutil.rmtree(work_dir, ignore_errors=True)
     params = {name: tvm.runtime.tensor(np.ascontiguousarray(a))
               for name, a in zip(imported.param_names, imported.params, strict=True)}
-    mod = relax.transform.BindParams("main", params)(imported.mod)
+    # TVM's default legalization and fusion, so the layer's kernels are PrimFuncs MetaSchedule can extract
+    mod = lower_to_kernels(relax.transform.BindParams("main", params)(imported.mod))
     database = ms.relax_integration.tune_relax(
         mod, {}, target, work_dir, max_trials_global=max(trials, 1),
         num_trials_per_iter=min(64, max(trials, 1)),
@@ -182,12 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, help="prompt (chunk) tokens (default 128)")
     parser.add_argument("--kv-len", type=int, help="KV cache tokens (default 512)")
     parser.add_argument("--repeat", type=int, default=10, help="timing repeats (medians)")
-    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--stages", nargs="+", choices=STAGES, help="default: all (prefill only with --quick)")
     parser.add_argument("--no-metaschedule", action="store_true", help="skip the tune_relax anchor")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
+    stages = tuple(args.stages or (("prefill",) if args.quick else STAGES))
     result = run(args.quick, args.trials, args.model, args.seq_len, args.kv_len, args.repeat,
-                 tuple(args.stages), not args.no_metaschedule)
+                 stages, not (args.no_metaschedule or args.quick))
+    if args.quick:
+        result.notes.append("Quick mode: prefill only, no MetaSchedule anchor (see the script's docstring).")
     if args.json:
         print(json.dumps(result.to_json()))
     else:
