@@ -30,7 +30,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 
 # Run as a script, this file's directory comes first on sys.path and its name
 # would shadow the ``database`` package it measures.
@@ -38,9 +37,9 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 import numpy as np  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
 
 from database import TargetRecord, canonical_json, open_database, sha256_text  # noqa: E402
+from database.scratch import scratch_postgres_schema  # noqa: E402
 from database.store import measure_stats  # noqa: E402
 
 STATUSES = ["ok"] * 88 + ["build_error"] * 5 + ["run_error"] * 3 + ["timeout"] * 3 + ["wrong_result"]
@@ -172,18 +171,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_postgres(postgres_url: str, data, repeats: int) -> dict:
-    base = make_url(postgres_url).set(drivername="postgresql+psycopg")
-    schema = f"tune_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        url = base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    with scratch_postgres_schema(postgres_url, "tune_bench") as url:
         return run(url, "postgresql", data, repeats)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 def _result(backends: list[dict], n_rows: int, postgres: bool):

@@ -129,24 +129,11 @@ def one_workload_db(tuned_db, tmp_path_factory) -> str:
 def postgres_url():
     """URL of a private, empty PostgreSQL schema (skipped unless ``TUNE_TEST_POSTGRES_URL`` is set); dropped after."""
     import os
-    import uuid
 
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
+    from database.scratch import scratch_postgres_schema
 
     raw = os.environ.get("TUNE_TEST_POSTGRES_URL")
     if not raw:
         pytest.skip("set TUNE_TEST_POSTGRES_URL=postgresql+psycopg://USER@HOST:5432/DB to run the PostgreSQL tests")
-    base = make_url(raw)
-    if base.drivername in ("postgresql", "postgres"):
-        base = base.set(drivername="postgresql+psycopg")
-    schema = f"tune_analysis_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with scratch_postgres_schema(raw, "tune_analysis") as url:
+        yield url

@@ -7,11 +7,9 @@ gets its own schema (through ``search_path``), dropped afterwards.
 from __future__ import annotations
 
 import os
-import uuid
 from types import SimpleNamespace
 
 import pytest
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from database import (
@@ -22,6 +20,7 @@ from database import (
     canonical_json,
     open_database,
 )
+from database.scratch import scratch_postgres_schema
 
 PG_ENV = "TUNE_TEST_POSTGRES_URL"
 PG_SKIP = "set TUNE_TEST_POSTGRES_URL=postgresql+psycopg://USER@HOST:5432/DB to run the PostgreSQL tests"
@@ -43,18 +42,8 @@ def db_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tune.db'}"
         return
-    base = _pg_base_url()
-    schema = f"tune_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        url = base.update_query_dict({"options": f"-csearch_path={schema}"})
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with scratch_postgres_schema(_pg_base_url().render_as_string(hide_password=False), "tune_test") as url:
+        yield url
 
 
 @pytest.fixture

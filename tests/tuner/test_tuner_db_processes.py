@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 
 import numpy as np
 import onnx
@@ -24,9 +23,9 @@ import psutil
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from database.liveness import STALE_ENV
+from database.scratch import scratch_postgres_schema
 
 TRIALS = 3
 STALE_S = 3.0
@@ -90,17 +89,8 @@ def shared_url(request, tmp_path):
     raw = os.environ.get("TUNE_TEST_POSTGRES_URL")
     if not raw:
         pytest.skip("set TUNE_TEST_POSTGRES_URL=postgresql+psycopg://USER@HOST:5432/DB to run the PostgreSQL tests")
-    base = make_url(raw).set(drivername="postgresql+psycopg")
-    schema = f"tune_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with scratch_postgres_schema(raw, "tune_test") as url:
+        yield url
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
