@@ -92,8 +92,9 @@ def ensure_schema(engine: Engine) -> str:
     """
     with transaction(engine, write=False) as conn:
         revision = current_revision(conn)
-        empty = revision is None and not _has_tune_tables(conn)
-    if empty:
+    if revision is None:
+        # Decide under the lock: another client may be creating the schema right now, and
+        # outside it two reads can see its tables without its revision (READ COMMITTED).
         with transaction(engine) as conn:
             _lock_schema(conn)
             revision = current_revision(conn)

@@ -143,3 +143,18 @@ def test_upgrade_creates_a_new_database(db_url):
 def test_upgrade_to_unknown_revision_is_an_error(tmp_path):
     with pytest.raises(DatabaseError, match="cannot upgrade"):
         upgrade(f"sqlite:///{tmp_path / 'tune.db'}", revision="no-such-revision")
+
+
+def test_clients_opening_a_new_database_at_once_all_get_the_schema(db_url):
+    """Many tuners starting together on an empty database: one creates the schema, none is refused."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def open_and_close(_):
+        database = open_database(db_url)
+        database.close()
+        return True
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert all(pool.map(open_and_close, range(12)))
+    with open_database(db_url) as database:
+        assert database.stats()["session"] == 0
