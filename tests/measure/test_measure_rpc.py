@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -126,21 +127,37 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _in_sessions(sessions: set[int]) -> list[list[str]]:
+    """Live processes whose session is one of ``sessions``, wherever they were reparented."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getsid(proc.pid) in sessions and _alive(proc):
+                found.append(proc.info["cmdline"])
+        except (ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
 def test_local_rpc_exit_ends_all_its_processes():
-    # TVM's tracker and server each serve from a child process of their own; those
-    # must end with the LocalRPC too, not stay behind holding their ports.
+    # TVM's tracker and server each serve from a child process of their own (and fork
+    # one per session); every one of them must end with the LocalRPC, wherever it was
+    # reparented to. Each started process leads a session of its own, which its
+    # children share. Ports are not evidence: another test's worker may take a freed one.
     me = psutil.Process()
     before = set(me.children(recursive=True))
     with LocalRPC(key="measure-exit") as rpc:
         started = [p for p in me.children(recursive=True) if p not in before]
-        servers = [TrackerAddress(*s["addr"]) for s in queue_status(rpc.address)["server_info"]]
+        servers = queue_status(rpc.address)["server_info"]
+        sessions = {os.getsid(p.pid) for p in started}
+        assert len(_in_sessions(sessions)) >= 3
     assert len(started) >= 3  # the tracker with its serving child, and the worker
     assert len(servers) == 1
+    assert os.getsid(0) not in sessions
 
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in started) and time.monotonic() < deadline:
+    while _in_sessions(sessions) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [p.cmdline() for p in started if _alive(p)] == []
-    for address in [rpc.address, *servers]:
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection((address.host, address.port), timeout=2).close()
+    assert _in_sessions(sessions) == []
+    with pytest.raises(TrackerError):
+        queue_status(rpc.address, timeout_s=2)
