@@ -1,39 +1,85 @@
-"""Choosing the program to compile: price each candidate program from its kernels.
+"""Choosing the program to compile and the schedule of each of its kernels.
 
-A kernel's price is its best measured latency on the target (seconds), else the
-XGBoost cost model's prediction for it, else (no trained model: too few
-measurements) its roofline lower bound (``tuner.roofline_model``); a program's
-price is the sum over its kernels of calls times price.
+A kernel's schedule is its best measured one on the target; a kernel with no
+successful measurement (``--trials 0``, or a new shape) gets the schedule the
+trained XGBoost cost model predicts fastest among the untuned default and
+``MODEL_PICK_SAMPLES`` sampled ones (:func:`model_pick`), and is compiled with
+it. A kernel's price is the latency of that schedule (seconds): measured, else
+predicted, else (no trained model: too few measurements) its roofline lower
+bound (``tuner.roofline_model``) with the default schedule. A program's price is
+the sum over its kernels of calls times price.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
 from .cost_model import featurize
 from .kernels import Kernel
 from .roofline_model import RooflineCostModel
+from .space import ScheduleCandidate, ScheduleSpace
+
+MODEL_PICK_SAMPLES = 32
+"""Sampled schedules the cost model chooses among for a kernel it has no measurement of."""
 
 
-def kernel_latency(db, kernel: Kernel, space, target_hash: str, trainer,
-                   roofline: RooflineCostModel | None = None) -> tuple[float, str]:
-    """Price of one call of ``kernel`` in seconds, and where it came from.
+@dataclass(frozen=True)
+class KernelChoice:
+    """The schedule a kernel is compiled with and its price.
 
-    Returns ``(seconds, source)`` with source ``"measured"`` (best measured
-    latency on the target), ``"predicted"`` (the trained model's cheapest
-    prediction over the default and 16 sampled schedules) or ``"roofline"``
-    (no trained model: ``roofline``, measured on this machine when None).
+    Attributes
+    ----------
+    seconds : float
+        Latency of one call in seconds: measured, predicted or the roofline bound.
+    source : str
+        ``"measured"``, ``"predicted"`` or ``"roofline"``.
+    candidate : ScheduleCandidate or None
+        The model's pick when ``source == "predicted"`` (None otherwise: the measured
+        best is read from the database, the roofline case compiles the default).
+    """
+
+    seconds: float
+    source: str
+    candidate: ScheduleCandidate | None = None
+
+
+def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MODEL_PICK_SAMPLES
+               ) -> tuple[ScheduleCandidate, float]:
+    """The schedule of ``kernel`` the fitted cost model predicts fastest, and its predicted seconds.
+
+    Chooses among the untuned default and up to ``samples`` schedules sampled from
+    ``space`` (fewer, or the default only, when the space is small or empty).
+
+    Raises
+    ------
+    ValueError
+        When ``trainer``'s model is not fitted.
+    """
+    if not trainer.model.fitted:
+        raise ValueError("the cost model is not trained: it cannot pick a schedule")
+    cands = [space.default()] + space.sample(samples)
+    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
+    predicted = np.asarray(trainer.predict(X), dtype=float)
+    best = int(np.argmin(predicted))
+    return cands[best], float(predicted[best])
+
+
+def choose_kernel(db, kernel: Kernel, space: ScheduleSpace, target_hash: str, trainer,
+                  roofline: RooflineCostModel | None = None) -> KernelChoice:
+    """How one kernel is compiled and priced (see the module docstring).
+
+    ``roofline`` defaults to the one measured on this machine, once per process.
     """
     best = db.best(kernel.workload.workload_hash, target_hash)
     if best is not None:
-        return best[1], "measured"
+        return KernelChoice(best[1], "measured")
     if not trainer.model.fitted:
-        return (roofline or _host_roofline()).predict_latency(kernel.workload), "roofline"
-    cands = [space.default()] + space.sample(16)
-    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
-    return float(trainer.predict(X).min()), "predicted"
+        return KernelChoice((roofline or _host_roofline()).predict_latency(kernel.workload), "roofline")
+    candidate, seconds = model_pick(kernel, space, trainer)
+    return KernelChoice(seconds, "predicted", candidate)
 
 
 @functools.cache
@@ -41,18 +87,21 @@ def _host_roofline() -> RooflineCostModel:
     return RooflineCostModel.measured()
 
 
-def price_programs(db, graphs, spaces, target_hash: str, trainer) -> tuple[dict[str, float], set[str]]:
-    """Price of each candidate program (term hash -> seconds) and the sources used.
+def price_programs(db, graphs, spaces, target_hash: str, trainer
+                   ) -> tuple[dict[str, float], dict[str, KernelChoice]]:
+    """Price of each candidate program (term hash -> seconds) and each kernel's choice (workload hash -> choice).
 
-    ``graphs`` holds (candidate, fused module, kernels) triples; the sources are
-    those of :func:`kernel_latency` over every kernel priced.
+    ``graphs`` holds (candidate, fused module, kernels) triples; a kernel shared by
+    several programs is chosen once.
     """
-    prices, sources = {}, set()
+    prices: dict[str, float] = {}
+    choices: dict[str, KernelChoice] = {}
     for cand, _, kernels in graphs:
         total = 0.0
         for k in kernels:
-            seconds, source = kernel_latency(db, k, spaces[k.workload.workload_hash], target_hash, trainer)
-            total += k.calls * seconds
-            sources.add(source)
+            wh = k.workload.workload_hash
+            if wh not in choices:
+                choices[wh] = choose_kernel(db, k, spaces[wh], target_hash, trainer)
+            total += k.calls * choices[wh].seconds
         prices[cand.term_hash] = total
-    return prices, sources
+    return prices, choices

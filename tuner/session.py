@@ -91,7 +91,12 @@ class RunOptions:
 
 @dataclass
 class KernelSummary:
-    """Per kernel of the chosen program: best latency (seconds), GFLOP/s and trials."""
+    """Per kernel of the chosen program: latency (seconds), GFLOP/s and trials.
+
+    ``latency_s`` is the best measured latency, or when the kernel has none the
+    latency its compiled schedule is priced at (``source``: ``predicted`` by the
+    cost model, or the ``roofline`` bound); ``predicted`` is true in both latter cases.
+    """
 
     name: str
     workload_hash: str
@@ -103,6 +108,7 @@ class KernelSummary:
     predicted: bool
     trials: int
     new_trials: int
+    source: str = "measured"
 
     @property
     def gflops(self) -> float | None:
@@ -294,13 +300,14 @@ class TuneRun:
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
             self._check_stop()
-            chosen, prices = self._choose(db, graphs, spaces, target_rec, trainer)
+            chosen, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer)
             cand, fused, kernels = chosen
-            summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials) for k in kernels]
+            summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials, choices[k.workload.workload_hash])
+                               for k in kernels]
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
-            latency, artifact, err = self._compile_and_time(db, model, target, fused, kernels, spaces, target_rec,
-                                                            tracker, key, session_id)
+            latency, artifact, err = self._compile_and_time(db, model, target, fused, kernels, spaces, choices,
+                                                            target_rec, tracker, key, session_id)
         db.update_graph_latency(_graph_hash(model.model_hash, cand.term_text), predicted=prices[cand.term_hash],
                                 measured=latency["tuned"])
         return RunSummary(
@@ -350,7 +357,11 @@ class TuneRun:
 
     def _choose(self, db, graphs, spaces, target_rec, trainer):
         """The candidate program with the least price (see ``tuner.choose``)."""
-        prices, sources = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
+        prices, choices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
+        sources = {c.source for c in choices.values()}
+        if "predicted" in sources:
+            self.progress.note("some kernels have no measurement: each is compiled with the schedule the cost model "
+                               "predicts fastest")
         if "roofline" in sources:
             self.progress.note("some kernels have no measurement and too few records train the cost model: "
                                "they are priced by their roofline lower bound on this machine")
@@ -360,26 +371,30 @@ class TuneRun:
             + ", ".join(f"{c.term_hash[:10]}[{'+'.join(c.rewrites) or 'original'}]={prices[c.term_hash] * 1e3:.3f} ms"
                         for c, _, _ in graphs)
         )
-        return chosen, prices
+        return chosen, prices, choices
 
-    def _kernel_summary(self, db, k, target_rec, new_trials) -> KernelSummary:
+    def _kernel_summary(self, db, k, target_rec, new_trials, choice) -> KernelSummary:
         wh = k.workload.workload_hash
         measured = db.measured_candidates(wh, target_rec.target_hash)
         best = db.best(wh, target_rec.target_hash)
         default = [m for m in measured.values() if m.status == "ok" and _is_default(m)]
         return KernelSummary(
             name=k.name, workload_hash=wh, op_kind=k.workload.op_kind, calls=k.calls, flops=k.workload.flops,
-            latency_s=best[1] if best else None, default_latency_s=default[0].median_s if default else None,
+            latency_s=best[1] if best else choice.seconds, default_latency_s=default[0].median_s if default else None,
             predicted=best is None, trials=len(measured), new_trials=new_trials.get(wh, 0),
+            source="measured" if best else choice.source,
         )
 
-    def _compile_and_time(self, db, model, target, fused, kernels, spaces, target_rec, tracker, key, session_id):
+    def _compile_and_time(self, db, model, target, fused, kernels, spaces, choices, target_rec, tracker, key,
+                          session_id):
         o = self.opts
         scheduled = {}
         for k in kernels:
-            best = db.best(k.workload.workload_hash, target_rec.target_hash)
-            if best is not None and not best[0].is_default:
-                scheduled[k.name] = spaces[k.workload.workload_hash].replay(best[0]).mod
+            wh = k.workload.workload_hash
+            best = db.best(wh, target_rec.target_hash)
+            pick = best[0] if best is not None else getattr(choices[wh].candidate, "record", None)
+            if pick is not None and not pick.is_default:
+                scheduled[k.name] = spaces[wh].replay(pick).mod
         args = list(model.inputs) + list(model.params)
         stem = os.path.join(os.path.abspath(o.artifact_dir), f"{_slug(model.source)}-s{session_id}")
         with self.progress.status("building the tuned program"):

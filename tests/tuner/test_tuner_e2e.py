@@ -76,6 +76,20 @@ def test_second_run_measures_nothing_and_reaches_the_same_program(prefill_runs):
     assert [k["workload_hash"] for k in second["kernels"]] == [k["workload_hash"] for k in first["kernels"]]
 
 
+def test_later_compile_with_no_trials_compiles_the_cost_models_picks(prefill_runs):
+    # new shapes (16 tokens) on the database of the runs above: nothing is measured; each new
+    # kernel is compiled with the schedule the stored cost model predicts fastest
+    work, _, _ = prefill_runs
+    summary = tune_json("qwen3-tiny", "--stage", "prefill", "--seq-len", "16", "--trials", "0",
+                        "--db", f"sqlite:///{work}/tune.db", cwd=work)
+    assert summary["measured_trials"] == 0
+    sources = [k["source"] for k in summary["kernels"]]
+    assert "predicted" in sources, sources
+    assert all(k["latency_s"] > 0 and k["predicted"] == (k["source"] != "measured") for k in summary["kernels"])
+    assert summary["latency_s"]["tuned"] > 0
+    assert summary["max_abs_error"] < 1e-3
+
+
 def test_decode_with_kv_cache(tmp_path):
     summary = tune_json(
         "qwen3-tiny", "--stage", "decode", "--kv-len", "16", "--trials", "1", "--candidates", "2",

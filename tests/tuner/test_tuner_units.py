@@ -62,3 +62,21 @@ def test_cost_model_learns_and_round_trips(kernels):
     again = XGBCostModel.load(model.save())
     assert np.allclose(again.predict_latency(X), pred)
     assert FEATURE_VERSION
+
+
+def test_untrained_model_picks_nothing_and_a_trained_one_picks_its_fastest(kernels):
+    from tuner.choose import model_pick
+    from tuner.search import ModelTrainer
+
+    kernel = max(kernels, key=lambda k: k.workload.flops)
+    space = ScheduleSpace(kernel.func, kernel.workload.workload_hash, make_target({"kind": "llvm", "num-cores": 2}))
+    with pytest.raises(ValueError, match="not trained"):
+        model_pick(kernel, space, ModelTrainer())
+    cands = [space.default()] + space.sample(8)
+    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
+    latency = np.exp(np.random.default_rng(0).normal(size=len(cands)))  # the model learns these
+    trainer = ModelTrainer(XGBCostModel(n_estimators=50).fit(X, latency, [kernel.workload.workload_hash] * len(cands)))
+    picked, seconds = model_pick(kernel, space, trainer, samples=8)
+    again = featurize(space.features([picked])[0], kernel.workload)[None]
+    assert seconds == pytest.approx(float(trainer.predict(again)[0]))
+    assert seconds <= float(trainer.predict(X[:1])[0]), "never predicted slower than the default it could pick"
