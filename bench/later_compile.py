@@ -1,0 +1,179 @@
+"""Later compile: a model with new shapes on a warm tuning database, against a cold run and MetaSchedule.
+
+``python -m bench.later_compile [--quick] [--json]``
+
+One run, every step the product's own ``tune run`` (:class:`tuner.session.TuneRun`,
+local RPC tracker and worker, a real SQLite database):
+
+1. **source**: tune the source model (Qwen3-0.6B; prefill and decode) with
+   ``source_trials`` trials per workload into a database; the run stores its cost model;
+2. **warm, no trials**: on a copy of that database, compile the target model
+   (Qwen3-1.7B: new shapes) with ``--trials 0``: nothing is
+   measured, each kernel gets the schedule the stored cost model predicts fastest;
+3. **warm**: on another copy, the target with ``warm_trials`` trials per workload;
+4. **cold**: the target on a fresh database with ``cold_trials`` trials per workload;
+5. **MetaSchedule**: ``tune_relax`` on the target layer after TVM's default
+   legalization and fusion, ``cold_trials`` trials per task in all
+   (:func:`bench.layer.metaschedule_layer`).
+
+Figures are end-to-end layer latencies: ours as ``tune run`` times the compiled
+program on the worker (median of repeats), MetaSchedule's with the VM's
+``time_evaluator`` (median of repeats). Goals (the cost-model issue): warm with
+64 trials no slower than MetaSchedule with 256 (``MetaSchedule / ours >= 1``);
+``--trials 0`` within 15% of it (``MetaSchedule / ours >= 1 / 1.15``).
+
+``--quick`` is a smoke run of the script: source ``qwen3-tiny`` at 8 tokens with 4
+trials, target ``qwen3-tiny`` at 16 tokens (new shapes), warm 2 and cold 8 trials,
+prefill only, and no MetaSchedule (``tune_relax`` takes over 20 minutes on one tiny
+stage on 2 cores): its anchor is ours cold, not the goal's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from .common import BenchResult, Row, fmt, ratio_row
+
+NAME, TITLE = "later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"
+
+FULL = {"source": ("qwen3-0.6b", 128), "target": ("qwen3-1.7b", 128), "kv_len": 512,
+        "stages": ("prefill", "decode"), "source_trials": 64, "warm_trials": 64, "cold_trials": 256,
+        "metaschedule": True}
+QUICK = {"source": ("qwen3-tiny", 8), "target": ("qwen3-tiny", 16), "kv_len": 16,
+         "stages": ("prefill",), "source_trials": 4, "warm_trials": 2, "cold_trials": 8,
+         "metaschedule": False}
+WITHIN = 1.15  # --trials 0 "within 15%" of the anchor
+
+
+def tune(model: str, stage: str, seq_len: int, kv_len: int, trials: int, db_path: str, work: str, repeat: int):
+    """One ``tune run`` into the SQLite file ``db_path``; its :class:`tuner.session.RunSummary`."""
+    from tuner.progress import Progress
+    from tuner.session import RunOptions, TuneRun
+
+    options = RunOptions(model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, trials=trials, repeat=repeat,
+                         db=f"sqlite:///{db_path}", artifact_dir=os.path.join(work, "artifacts"))
+    return TuneRun(options, Progress(quiet=True)).run()
+
+
+def _copy(db_path: str, to: str) -> str:
+    shutil.copyfile(db_path, to)  # the source run has finished: no WAL left to copy
+    return to
+
+
+def run(quick: bool = False, repeat: int = 10) -> BenchResult:
+    """Run the benchmark; see the module docstring."""
+    from extract import load_model
+    from measure.tvmapi import make_target
+    from tuner.kernels import kernels_of, lower_to_kernels
+    from tuner.session import default_target
+
+    from .layer import metaschedule_layer
+
+    cfg = QUICK if quick else FULL
+    (source, source_len), (target_model, target_len) = cfg["source"], cfg["target"]
+    kv_len = cfg["kv_len"]
+    start = time.time()
+    result = BenchResult(NAME, TITLE)
+    figures: dict[str, dict[str, float | None]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-later-") as work:
+        warm_db = os.path.join(work, "warm.db")
+        walls: dict[str, float] = {}
+        predicted: dict[str, str] = {}
+        t0 = time.time()
+        for stage in cfg["stages"]:
+            tune(source, stage, source_len, kv_len, cfg["source_trials"], warm_db, work, repeat)
+        walls["source"] = time.time() - t0
+        for stage in cfg["stages"]:
+            runs = {
+                "ours warm, --trials 0": (_copy(warm_db, os.path.join(work, f"zero-{stage}.db")), 0),
+                f"ours warm, {cfg['warm_trials']} trials": (_copy(warm_db, os.path.join(work, f"warm-{stage}.db")),
+                                                            cfg["warm_trials"]),
+                f"ours cold, {cfg['cold_trials']} trials": (os.path.join(work, f"cold-{stage}.db"),
+                                                            cfg["cold_trials"]),
+            }
+            figures[stage] = {}
+            for who, (db_path, trials) in runs.items():
+                t0 = time.time()
+                summary = tune(target_model, stage, target_len, kv_len, trials, db_path, work, repeat)
+                figures[stage][who] = summary.latency_s["tuned"]
+                walls[f"{stage}: {who}"] = time.time() - t0
+                sources = [k.source for k in summary.kernels]
+                predicted[f"{stage}: {who}"] = f"{sources.count('predicted')} of {len(sources)}"
+            if cfg["metaschedule"]:
+                imported = load_model(target_model, stage, seq_len=target_len, kv_len=kv_len)
+                tasks = len(kernels_of(lower_to_kernels(imported.mod)))
+                t0 = time.time()
+                figures[stage]["MetaSchedule"] = metaschedule_layer(
+                    imported, cfg["cold_trials"] * tasks, make_target(default_target()),
+                    os.path.join(work, "ms"), repeat)
+                walls[f"{stage}: MetaSchedule"] = time.time() - t0
+    result.rows = _rows(cfg, figures)
+    result.notes = [
+        f"Source: {source} ({', '.join(cfg['stages'])}, {source_len} tokens, KV cache {kv_len}) with "
+        f"{cfg['source_trials']} trials per workload; target: {target_model} at {target_len} tokens "
+        "(new shapes).",
+        "Latencies in ms: ours timed by tune run on the worker, MetaSchedule by the VM's time_evaluator; medians "
+        f"of {repeat} repeats.",
+        "Wall time (s): " + "; ".join(f"{k} {v:.0f}" for k, v in walls.items()) + ".",
+        "Kernels of the chosen program compiled with the cost model's predicted schedule (no measurement): "
+        + "; ".join(f"{k}: {v}" for k, v in predicted.items()) + ".",
+    ]
+    if quick:
+        result.notes.append("Quick mode: a smoke run of the script on tiny shapes without MetaSchedule; the anchor "
+                            "is ours cold, and its verdicts are not the goal's.")
+    result.seconds = time.time() - start
+    return result
+
+
+def _rows(cfg: dict, figures: dict[str, dict[str, float | None]]) -> list[Row]:
+    rows = []
+    anchor_name = "MetaSchedule" if cfg["metaschedule"] else f"ours cold, {cfg['cold_trials']} trials"
+    label = f"MetaSchedule tune_relax @{cfg['cold_trials']}/task" if cfg["metaschedule"] else anchor_name
+    for stage, fig in figures.items():
+        anchor = _ms(fig.get(anchor_name))
+        for who, value in fig.items():
+            if who == anchor_name:
+                continue
+            if who.startswith("ours cold"):
+                speedup = anchor / _ms(value) if anchor and value else None
+                rows.append(Row(f"{stage} layer latency (ms), {who}", _ms(value), anchor, label, speedup,
+                                "reported", None))
+                continue
+            goal = 1 / WITHIN if "--trials 0" in who else 1.0
+            rows.append(ratio_row(f"{stage} layer latency (ms), {who}", _ms(value), anchor, label, goal,
+                                  f"anchor/ours >= {goal:.2f}", higher_is_better=False))
+    return rows
+
+
+def _ms(seconds: float | None) -> float | None:
+    return seconds * 1e3 if seconds is not None else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.later_compile [--quick] [--json]``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.later_compile", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, few trials, no MetaSchedule (a smoke run)")
+    parser.add_argument("--repeat", type=int, default=10, help="timing repeats (medians)")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    args = parser.parse_args(argv)
+    result = run(quick=args.quick, repeat=args.repeat)
+    result.command = "python -m bench.later_compile " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        for row in result.rows:
+            print(f"{row.what}: ours {fmt(row.ours)}, {row.anchor_name} {fmt(row.anchor)}, ratio {fmt(row.ratio)} "
+                  f"({row.goal}, met: {row.met})")
+        for note in result.notes:
+            print(note)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
