@@ -76,6 +76,7 @@ class RunOptions:
     device_wait_s: float = 120.0
     retries: int = 2
     max_candidates: int = 4
+    measure_top: int = 2
     batch_size: int = 8
     seed: int = 0
     artifact_dir: str = "tune-artifacts"
@@ -87,6 +88,8 @@ class RunOptions:
             raise TuneError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.max_candidates < 1:
             raise TuneError(f"--candidates must be at least 1, got {self.max_candidates}")
+        if self.measure_top < 1:
+            raise TuneError(f"--measure-top must be at least 1, got {self.measure_top}")
 
 
 @dataclass
@@ -132,6 +135,7 @@ class RunSummary:
     artifact: str
     max_abs_error: float
     candidates: list[dict] = field(default_factory=list)
+    programs_timed: list[dict] = field(default_factory=list)
 
     def as_json(self) -> dict:
         """The summary as plain JSON values (what ``--json`` prints)."""
@@ -300,16 +304,17 @@ class TuneRun:
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
             self._check_stop()
-            chosen, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer)
-            cand, fused, kernels = chosen
-            summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials, choices[k.workload.workload_hash])
-                               for k in kernels]
+            ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
-            latency, artifact, err = self._compile_and_time(db, model, target, fused, kernels, spaces, choices,
-                                                            target_rec, tracker, key, session_id)
-        db.update_graph_latency(_graph_hash(model.model_hash, cand.term_text), predicted=prices[cand.term_hash],
-                                measured=latency["tuned"])
+            timed, latency, artifact, err = self._compile_and_time(db, model, target, ranked[:o.measure_top], spaces,
+                                                                   choices, target_rec, tracker, key, session_id)
+        for c, measured in timed:
+            db.update_graph_latency(_graph_hash(model.model_hash, c.term_text), predicted=prices[c.term_hash],
+                                    measured=measured)
+        cand, _, kernels = next(g for g in ranked if g[0].term_hash == min(timed, key=lambda t: t[1])[0].term_hash)
+        summary_kernels = [self._kernel_summary(db, k, target_rec, new_trials, choices[k.workload.workload_hash])
+                           for k in kernels]
         return RunSummary(
             session_id=session_id,
             model=model.source,
@@ -325,6 +330,8 @@ class TuneRun:
             artifact=artifact,
             max_abs_error=err,
             candidates=cand_info,
+            programs_timed=[{"term_hash": c.term_hash, "rewrites": list(c.rewrites),
+                             "predicted_latency_s": prices[c.term_hash], "measured_latency_s": t} for c, t in timed],
         )
 
     def _workers(self):
@@ -356,7 +363,7 @@ class TuneRun:
         return outcome
 
     def _choose(self, db, graphs, spaces, target_rec, trainer):
-        """The candidate program with the least price (see ``tuner.choose``)."""
+        """The candidate programs, cheapest first (see ``tuner.choose``), their prices and the kernels' choices."""
         prices, choices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
         sources = {c.source for c in choices.values()}
         if "predicted" in sources:
@@ -365,13 +372,13 @@ class TuneRun:
         if "roofline" in sources:
             self.progress.note("some kernels have no measurement and too few records train the cost model: "
                                "they are priced by their roofline lower bound on this machine")
-        chosen = min(graphs, key=lambda g: prices[g[0].term_hash])
+        ranked = sorted(graphs, key=lambda g: prices[g[0].term_hash])
         self.progress.note(
             "programs priced (sum of kernel latencies): "
             + ", ".join(f"{c.term_hash[:10]}[{'+'.join(c.rewrites) or 'original'}]={prices[c.term_hash] * 1e3:.3f} ms"
                         for c, _, _ in graphs)
         )
-        return chosen, prices, choices
+        return ranked, prices, choices
 
     def _kernel_summary(self, db, k, target_rec, new_trials, choice) -> KernelSummary:
         wh = k.workload.workload_hash
@@ -385,32 +392,54 @@ class TuneRun:
             source="measured" if best else choice.source,
         )
 
-    def _compile_and_time(self, db, model, target, fused, kernels, spaces, choices, target_rec, tracker, key,
-                          session_id):
+    def _compile_and_time(self, db, model, target, ranked, spaces, choices, target_rec, tracker, key, session_id):
+        """Build the cheapest programs of ``ranked`` and TVM's default build, time them in one worker session.
+
+        Returns ``(timed, latency, artifact, max_abs_error)``: ``timed`` pairs each
+        program's candidate with its measured seconds; ``latency`` holds the fastest
+        one's (``tuned``), the default build's and PyTorch eager's seconds; the
+        artifact is the fastest program's library (the others are removed).
+
+        Raises
+        ------
+        VerificationError
+            When a program's outputs differ from the reference.
+        """
         o = self.opts
-        scheduled = {}
-        for k in kernels:
-            wh = k.workload.workload_hash
-            best = db.best(wh, target_rec.target_hash)
-            pick = best[0] if best is not None else getattr(choices[wh].candidate, "record", None)
-            if pick is not None and not pick.is_default:
-                scheduled[k.name] = spaces[wh].replay(pick).mod
-        args = list(model.inputs) + list(model.params)
         stem = os.path.join(os.path.abspath(o.artifact_dir), f"{_slug(model.source)}-s{session_id}")
-        with self.progress.status("building the tuned program"):
-            tuned_path = export(build_tuned(fused, scheduled, target), stem + ".so")
+        paths = []
+        for i, (cand, fused, kernels) in enumerate(ranked):
+            scheduled = {}
+            for k in kernels:
+                wh = k.workload.workload_hash
+                best = db.best(wh, target_rec.target_hash)
+                pick = best[0] if best is not None else getattr(choices[wh].candidate, "record", None)
+                if pick is not None and not pick.is_default:
+                    scheduled[k.name] = spaces[wh].replay(pick).mod
+            with self.progress.status(f"building candidate program {i + 1} of {len(ranked)} ({cand.term_hash[:10]})"):
+                paths.append(export(build_tuned(fused, scheduled, target), f"{stem}-{cand.term_hash[:10]}.so"))
+        args = list(model.inputs) + list(model.params)
         with self.progress.status("building TVM's default program"):
             default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
-        with self.progress.status("timing the tuned and default programs on the worker"):
-            tuned, default = run_on_worker([tuned_path, default_path], args, tracker, key, self.measure_config)
+        with self.progress.status("timing the candidate programs and the default program on the worker"):
+            *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config)
         reference = model.reference_outputs() or default.outputs
-        err = verify(tuned.outputs, reference)
+        errors = [verify(run.outputs, reference) for run in runs]
         verify(default.outputs, reference)
+        fastest = min(range(len(runs)), key=lambda i: runs[i].median_s)
+        for i, path in enumerate(paths):
+            if i != fastest:
+                os.remove(path)
+        if len(runs) > 1:
+            self.progress.note("programs timed end to end: " + ", ".join(
+                f"{c.term_hash[:10]}={r.median_s * 1e3:.3f} ms" for (c, _, _), r in zip(ranked, runs)))
         torch_s = None
         if model.has_torch:
             with self.progress.status("timing PyTorch eager"):
                 torch_s = float(np.median(model.torch_eager(repeat=max(o.repeat, 5))))
-        return {"tuned": tuned.median_s, "tvm_default": default.median_s, "torch_eager": torch_s}, tuned_path, err
+        timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
+        latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
+        return timed, latency, paths[fastest], errors[fastest]
 
 
 def _is_default(record: MeasureRecord) -> bool:

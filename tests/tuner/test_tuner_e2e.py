@@ -58,6 +58,20 @@ def test_egraph_rewrites_fire_and_candidates_are_checked(prefill_runs):
     assert len(checked) >= 2 and all(c["max_abs_error"] < 1e-3 for c in checked)
 
 
+def test_the_cheapest_programs_are_timed_and_the_fastest_kept(prefill_runs):
+    _, summary, _ = prefill_runs
+    timed = summary["programs_timed"]
+    assert len(timed) == 2  # --measure-top defaults to 2
+    predicted = [t["predicted_latency_s"] for t in timed]
+    assert predicted == sorted(predicted), "the cheapest by price are the ones timed"
+    fastest = min(timed, key=lambda t: t["measured_latency_s"])
+    assert summary["graph"]["term_hash"] == fastest["term_hash"]
+    assert summary["latency_s"]["tuned"] == fastest["measured_latency_s"]
+    ours = [a for a in os.listdir(os.path.dirname(summary["artifact"]))
+            if f"-s{summary['session_id']}-" in a and not a.endswith("-tvm-default.so")]
+    assert ours == [os.path.basename(summary["artifact"])], "the slower program's library is removed"
+
+
 def test_database_holds_the_run(prefill_runs):
     work, summary, _ = prefill_runs
     db = open_database(f"sqlite:///{work}/tune.db")
