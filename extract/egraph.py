@@ -1,5 +1,9 @@
 """The tuner's door to the e-graph: translate, saturate, enumerate, extract.
 
+A program of identical layers (:func:`extract.layers.split_layers`) is explored once per
+distinct layer (:mod:`extract.dedup`); the report's ``layers`` and ``distinct_layers``
+say so.  Any other program is one term in one e-graph.
+
 >>> exploration = explore(mod)                      # doctest: +SKIP
 >>> exploration.report.stop_reason                  # doctest: +SKIP
 'saturated'
@@ -14,7 +18,9 @@ from dataclasses import dataclass
 
 import tvm
 
+from .dedup import LayeredProgram
 from .extraction import CandidateGraph, NodeCost, enumerate_candidates, extract_best
+from .layers import split_layers
 from .saturate import ProgramEGraph, SaturationLimits, SaturationReport, saturate
 
 __all__ = ["Exploration", "explore"]
@@ -27,17 +33,21 @@ class Exploration:
     Attributes
     ----------
     state : ProgramEGraph
-        The e-graph (kept so later extractions need no new saturation).
+        The e-graph (kept so later extractions need no new saturation); for a program of
+        deduplicated layers, the first distinct layer's.
     report : SaturationReport
-        Why and when saturation stopped, rules fired.
+        Why and when saturation stopped, rules fired, layers deduplicated.
     candidates : list of CandidateGraph
         Distinct programs, the original first.  Not checked numerically: the caller
         runs :func:`extract.equivalence.check_equivalent` on each before using it.
+    layered : LayeredProgram or None
+        The distinct layers' e-graphs when the program was split into layers.
     """
 
     state: ProgramEGraph
     report: SaturationReport
     candidates: list[CandidateGraph]
+    layered: LayeredProgram | None = None
 
     def extract_best(
         self, node_cost: NodeCost | None = None, exact: bool = False, time_limit_s: float = 10.0
@@ -46,12 +56,22 @@ class Exploration:
 
         Greedy by default (:func:`extract.extraction.extract_best`); ``exact=True``
         solves the integer linear program of :func:`extract.exact.extract_exact` within
-        ``time_limit_s`` seconds (strategy ``"exact"``).
+        ``time_limit_s`` seconds (strategy ``"exact"``; per distinct layer when the
+        program was split into layers).
         """
         if exact:
             from .exact import extract_exact
 
-            return extract_exact(self.state, node_cost, time_limit_s).candidate
+            if self.layered is None:
+                return extract_exact(self.state, node_cost, time_limit_s).candidate
+
+            def one(state: ProgramEGraph) -> tuple:
+                found = extract_exact(state, node_cost, time_limit_s).candidate
+                return found.term, found.cost
+
+            return self.layered.extract(one, "exact")
+        if self.layered is not None:
+            return self.layered.extract_best(node_cost)
         return extract_best(self.state, node_cost)
 
 
@@ -81,6 +101,12 @@ def explore(
     extract.translate.UnsupportedProgram
         ``main`` uses constructs outside dataflow graphs.
     """
-    state = ProgramEGraph.from_module(mod)
-    report = saturate(state, limits)
-    return Exploration(state, report, enumerate_candidates(state, max_candidates))
+    split = split_layers(mod)
+    if split is None:
+        state = ProgramEGraph.from_module(mod)
+        report = saturate(state, limits)
+        return Exploration(state, report, enumerate_candidates(state, max_candidates))
+    layered = LayeredProgram.from_split(split)
+    report = layered.saturate(limits)
+    candidates = layered.enumerate_candidates(max_candidates)
+    return Exploration(layered.states[0], report, candidates, layered)

@@ -137,7 +137,12 @@ class CandidateGraph:
     cost : float or None
         Its cost in seconds under the cost model that chose it (None for the original).
     term : Tensor or None
-        The extracted term itself (for walking it; not part of equality).
+        The extracted term itself (for walking it; not part of equality).  None for a
+        program of deduplicated layers (:mod:`extract.dedup`), whose terms are in
+        ``layer_terms``.
+    layer_terms : tuple of Tensor
+        For a program of deduplicated layers, the term of each distinct layer (the same
+        choice is applied to every layer identical to it); empty otherwise.
     """
 
     term_text: str
@@ -147,6 +152,7 @@ class CandidateGraph:
     strategy: str = ""
     cost: float | None = None
     term: Tensor | None = field(default=None, repr=False, compare=False)
+    layer_terms: tuple[Tensor, ...] = field(default=(), repr=False, compare=False)
 
 
 STRATEGIES: dict[str, frozenset[str]] = {

@@ -31,7 +31,7 @@ from tvm import relax, te
 from .lang import Tensor, ints, node_args, node_name
 from .translate import Hole, OpaqueSpec, Translation, static_shape
 
-__all__ = ["LoweringError", "lower"]
+__all__ = ["LoweringError", "emit_function", "lower"]
 
 
 class LoweringError(ValueError):
@@ -59,12 +59,34 @@ def lower(term: Tensor, translation: Translation) -> tvm.IRModule:
         The term has a node the side tables do not know.
     """
     original = translation.mod
-    func = original["main"]
     others = {gv: f for gv, f in original.functions_items() if gv.name_hint != "main"}
     bb = relax.BlockBuilder(tvm.IRModule(others, attrs=original.attrs))
+    emit_function(bb, "main", term, translation)
+    return bb.finalize()
+
+
+def emit_function(
+    bb: relax.BlockBuilder,
+    name: str,
+    term: Tensor,
+    translation: Translation,
+    private: bool = False,
+) -> tvm.ir.GlobalVar:
+    """Add the function of ``term`` to ``bb`` as ``name``, with the signature of ``main``.
+
+    Its kernels (TE PrimFuncs) go into ``bb`` too, shared with structurally equal ones
+    already there.  See :func:`lower` for the arguments and errors; ``private`` leaves
+    out the global symbol (a function for :mod:`extract.dedup` to inline).
+
+    Returns
+    -------
+    tvm.ir.GlobalVar
+        The new function's.
+    """
+    func = translation.mod["main"]
     params = [relax.Var(p.name, p.ty) for p in func.params]
     attrs = {k: v for k, v in (func.attrs or {}).items() if k != "global_symbol"}
-    with bb.function("main", params, attrs=attrs or None, pure=bool(func.is_pure)):
+    with bb.function(name, params, attrs=attrs or None, pure=bool(func.is_pure), private=private):
         with bb.dataflow():
             lowerer = _Lowerer(
                 bb, translation, dict(zip(translation.param_names, params, strict=True))
@@ -72,7 +94,7 @@ def lower(term: Tensor, translation: Translation) -> tvm.IRModule:
             out = lowerer.value(term, root=True)
             gv = bb.emit_output(out)
         bb.emit_func_output(gv)
-    return bb.finalize()
+    return bb.get().get_global_var(name)
 
 
 class _Lowerer:

@@ -101,6 +101,12 @@ class SaturationReport:
     rules_fired : Mapping of str to int
         Matches per rewrite ruleset summed over all iterations (egglog's run reports);
         every ruleset that ran has an entry, zero when it never matched.
+    layers : int
+        Layers the program was split into (:mod:`extract.layers`); 0 when it was
+        saturated as one term.
+    distinct_layers : int
+        Layers saturated (and extracted): identical layers share one e-graph, so
+        ``layers - distinct_layers`` layers were deduplicated.  0 when not split.
     """
 
     iterations: int
@@ -109,6 +115,13 @@ class SaturationReport:
     time_s: float
     stop_reason: StopReason
     rules_fired: Mapping[str, int] = field(default_factory=dict)
+    layers: int = 0
+    distinct_layers: int = 0
+
+    @property
+    def deduplicated_layers(self) -> int:
+        """Layers that reused an identical layer's e-graph and extracted choice."""
+        return self.layers - self.distinct_layers
 
 
 @dataclass
