@@ -1,22 +1,28 @@
-"""One candidate's measurement on a worker, run in a process of the runner's pool.
+"""Measuring a chunk of candidates in one RPC session on a worker, run in a process of the runner's pool.
 
 Steps: ask the tracker for a free worker of the key (waiting at most
 ``device_wait_s``, reconnecting to a tracker that restarts), open an RPC session
-whose ``timeout_s`` the worker enforces (it kills the session's process), upload
-the kernel, run it once on fixed inputs into fresh NaN-filled output buffers and
-check the outputs against the reference, then time it with TVM's
-``time_evaluator``: one warm-up call, then ``repeat`` repeats, each after a CPU
-cache flush and each ``number`` calls long, ``number`` raised until a repeat lasts
-at least ``min_repeat_ms`` (TVM's ``WrapTimeEvaluator``). When the coefficient of
-variation of a round's repeats is over ``max_cv`` the candidate is timed again,
-at most ``remeasure`` times; every repeat time is kept.
+whose ``timeout_s`` the worker enforces (it kills the session's process), and
+upload the reference inputs and NaN-filled output buffers once. Then, for each
+candidate in turn: upload and load the kernel, run it once on fresh copies (made
+on the worker) of those inputs and output buffers, check the outputs against the
+reference, then time it with TVM's ``time_evaluator``: one warm-up call, then
+``repeat`` repeats, each after a CPU cache flush and each ``number`` calls long,
+``number`` raised until a repeat lasts at least ``min_repeat_ms`` (TVM's
+``WrapTimeEvaluator``). When the coefficient of variation of a round's repeats is
+over ``max_cv`` the candidate is timed again, at most ``remeasure`` times; every
+repeat time is kept.
+
+The session's ``timeout_s`` is each candidate's own: a candidate starts only
+while less than half of it has passed, and a candidate that the session's end
+interrupts is a ``timeout`` only when it was the session's first (it had the
+whole ``timeout_s``); otherwise the runner measures it again in a new session.
+A failure that may have broken the session (``RUN_FAILED``) ends it too.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import struct
 import time
 from dataclasses import dataclass
 
@@ -28,7 +34,7 @@ from .protocol import (
     coefficient_of_variation,
     first_line,
 )
-from .rpc import TrackerAddress
+from .rpc import TrackerAddress, TrackerError, ask_tracker
 
 #: Status of a measurement that found no free worker within ``device_wait_s``.
 NO_WORKER = "no_worker"
@@ -70,74 +76,113 @@ def request_worker(tracker: TrackerAddress, key: str, wait_s: float) -> tuple[st
     why = "every worker stayed busy"
     while (remaining := deadline - time.monotonic()) > 0:
         try:
-            with socket.create_connection((tracker.host, tracker.port), timeout=min(remaining, 5.0)) as sock:
-                sock.settimeout(remaining)
-                sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
-                if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
-                    raise NoFreeWorker(f"{tracker} is not a TVM RPC tracker")
-                base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", 1])
-                value = base.recvjson(sock)
-                if value[0] != base.TrackerCode.SUCCESS:
-                    raise NoFreeWorker(f"the tracker refused the request: {value}")
-                host, port, matchkey = value[1]
-                return host, int(port), matchkey
+            value = ask_tracker(tracker, [base.TrackerCode.REQUEST, key, "", 1], timeout_s=remaining)
         except TimeoutError:
             break
+        except TrackerError as err:
+            raise NoFreeWorker(str(err)) from None
         except OSError as err:  # refused (restarting tracker) or reset while waiting
             why = f"cannot reach the RPC tracker at {tracker}: {err}"
             time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+            continue
+        if value[0] != base.TrackerCode.SUCCESS:
+            raise NoFreeWorker(f"the tracker refused the request: {value}")
+        host, port, matchkey = value[1]
+        return host, int(port), matchkey
     raise NoFreeWorker(f"no free worker with RPC key {key!r} within {wait_s:g} s ({why})")
 
 
-def measure_candidate(tracker: TrackerAddress, key: str, artifact: str, device_type: str,
-                      reference: KernelReference, config: MeasureConfig) -> dict:
-    """Measure one built candidate (``artifact``: the kernel library); never raises for its failures.
+def measure_candidates(tracker: TrackerAddress, key: str, artifacts: list[str], device_type: str,
+                       reference: KernelReference, config: MeasureConfig) -> list[dict]:
+    """Measure built candidates (``artifacts``: kernel libraries) in order, in one session on one worker.
 
-    Returns a dict: ``status`` (``ok``, ``wrong_result``, ``timeout``, ``NO_WORKER``,
-    ``RUN_FAILED``), ``times_s`` (every repeat time, seconds),
-    ``rounds``, ``error`` (one line), ``worker`` (``HOST:PORT`` or empty),
-    ``start``/``end`` (seconds since the epoch: the session's span on the worker).
+    Never raises for the candidates' failures. The session's ``timeout_s`` (which
+    the worker enforces by killing the session's process) is each candidate's own:
+    a candidate starts only while less than half of it has passed, and one that
+    the end of the session interrupts is a ``timeout`` only when it was the
+    session's first; otherwise it is left for a new session, where it comes first.
+
+    Returns
+    -------
+    list of dict
+        One per measured candidate, in order: ``status`` (``ok``, ``wrong_result``,
+        ``timeout``, ``NO_WORKER``, ``RUN_FAILED``), ``times_s`` (every repeat time,
+        seconds), ``rounds``, ``error`` (one line), ``worker`` (``HOST:PORT`` or
+        empty), ``start``/``end`` (seconds since the epoch: the candidate's span on
+        the worker). ``NO_WORKER`` comes for every candidate. Otherwise the list is
+        shorter than ``artifacts`` when the session ended early: after a
+        ``timeout`` or ``RUN_FAILED`` (the last entry), when the session ran out
+        during a candidate that was not its first (not returned), or when half of
+        ``timeout_s`` had passed; the candidates not returned are unmeasured.
     """
     from tvm import rpc
 
-    out = {"status": "ok", "times_s": [], "rounds": 0, "error": "", "worker": "", "start": 0.0, "end": 0.0}
+    blank = {"status": "ok", "times_s": [], "rounds": 0, "error": "", "worker": "", "start": 0.0, "end": 0.0}
     try:
         host, port, matchkey = request_worker(tracker, key, config.device_wait_s)
     except NoFreeWorker as err:
-        return dict(out, status=NO_WORKER, error=str(err))
-    out["worker"] = f"{host}:{port}"
-    session = None
-    out["start"] = time.time()
-    try:
-        # The worker kills the session after ``timeout_s`` (a float: int() would make 0.5 s "no limit").
-        session = rpc.connect(host, port, matchkey, session_timeout=config.timeout_s)
-        _check_and_time(session, artifact, device_type, reference, config, out)
-    except Exception as err:  # noqa: BLE001 - classified here, recorded by the caller
-        message = str(err)
-        if "RPCSessionTimeoutError" in message or "session has expired" in message:
-            status, message = "timeout", f"run timeout: killed after {config.timeout_s:g} s"
-        elif WRONG_RESULT_TAG in message:
-            status = "wrong_result"
-        else:
-            status = RUN_FAILED
-        out.update(status=status, error=first_line(message), times_s=[])
-    out["end"] = time.time()
-    return out
+        return [dict(blank, status=NO_WORKER, error=str(err)) for _ in artifacts]
+    results = []
+    session = inputs = None
+    opened = time.monotonic()
+    for k, artifact in enumerate(artifacts):
+        if results and time.monotonic() - opened > config.timeout_s / 2:
+            break
+        out = dict(blank, times_s=[], worker=f"{host}:{port}", start=time.time())
+        try:
+            if session is None:
+                # The worker kills the session after ``timeout_s`` (a float: int() would make 0.5 s "no limit").
+                session = rpc.connect(host, port, matchkey, session_timeout=config.timeout_s)
+                inputs = _upload_reference(session, device_type, reference)
+            _check_and_time(session, f"{k}-{os.path.basename(artifact)}", artifact, device_type, inputs, reference,
+                            config, out)
+        except Exception as err:  # noqa: BLE001 - classified here, recorded by the caller
+            message = str(err)
+            if "RPCSessionTimeoutError" in message or "session has expired" in message:
+                if results:
+                    break  # not this candidate's own timeout: measured again in a new session
+                status, message = "timeout", f"run timeout: killed after {config.timeout_s:g} s"
+            elif WRONG_RESULT_TAG in message:
+                status = "wrong_result"
+            else:
+                status = RUN_FAILED
+            out.update(status=status, error=first_line(message), times_s=[])
+        out["end"] = time.time()
+        results.append(out)
+        if out["status"] in ("timeout", RUN_FAILED):
+            break
+    # Dropping the session's last references closes it; the worker deletes its directory.
+    return results
 
 
-def _check_and_time(session, artifact: str, device_type: str, reference: KernelReference, config: MeasureConfig,
-                    out: dict) -> None:
+def _upload_reference(session, device_type: str, reference: KernelReference) -> list:
+    """The reference's inputs, and a NaN-filled (floats) or zero buffer per output, on the worker."""
     import tvm
 
-    name = os.path.basename(artifact)
+    dev = session.device(device_type, 0)
+    n_in = len(reference.arrays) - reference.n_outputs
+    arrays = list(reference.arrays[:n_in])
+    for expected in reference.arrays[n_in:]:
+        arrays.append(np.full(expected.shape, np.nan, expected.dtype) if expected.dtype.kind == "f"
+                      else np.zeros_like(expected))
+    return [tvm.runtime.tensor(a, device=dev) for a in arrays]
+
+
+def _check_and_time(session, name: str, artifact: str, device_type: str, uploaded: list,
+                    reference: KernelReference, config: MeasureConfig, out: dict) -> None:
+    import tvm
+
     session.upload(artifact, name)
     lib = session.load_module(name)
     dev = session.device(device_type, 0)
+    # Fresh copies, made on the worker, of the uploaded inputs and NaN outputs: an earlier
+    # candidate of the session may have written into its buffers.
+    args = []
+    for source in uploaded:
+        copy = tvm.runtime.empty(source.shape, source.dtype, dev)
+        copy.copyfrom(source)
+        args.append(copy)
     n_in = len(reference.arrays) - reference.n_outputs
-    args = [tvm.runtime.tensor(a, device=dev) for a in reference.arrays[:n_in]]
-    for expected in reference.arrays[n_in:]:
-        fill = np.full(expected.shape, np.nan, expected.dtype) if expected.dtype.kind == "f" else np.zeros_like(expected)
-        args.append(tvm.runtime.tensor(fill, device=dev))
     func = lib[lib.entry_name]
     func(*args)
     dev.sync()
@@ -153,7 +198,6 @@ def _check_and_time(session, artifact: str, device_type: str, reference: KernelR
         out["rounds"] += 1
         if coefficient_of_variation(times) <= config.max_cv:
             break
-    # The worker deletes the session's directory when the session ends.
 
 
 def _check_output(k: int, got: np.ndarray, expected: np.ndarray, config: MeasureConfig) -> None:

@@ -7,9 +7,11 @@ otherwise, and must only be exposed to trusted networks.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -71,6 +73,40 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def ask_tracker(address: TrackerAddress, message: list, timeout_s: float = 5.0) -> list | int:
+    """Send one message of TVM's tracker protocol on a new connection; return the tracker's answer.
+
+    The message leaves in one write and the connection acknowledges at once
+    (``TCP_NODELAY``, ``TCP_QUICKACK``): TVM's own client and the tracker each
+    write a message's length and body apart, and Nagle's algorithm against a
+    delayed acknowledgement then costs about 40 ms per direction.
+
+    Raises
+    ------
+    OSError
+        When the tracker cannot be reached or answered nothing within ``timeout_s``
+        seconds (``TimeoutError``), or broke the connection.
+    TrackerError
+        When the peer is not a TVM RPC tracker.
+    """
+    from tvm.rpc import base
+
+    quickack = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+    with socket.create_connection((address.host, address.port), timeout=timeout_s) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+            raise TrackerError(f"{address} is not a TVM RPC tracker")
+        data = json.dumps(message).encode()
+        sock.sendall(struct.pack("<i", len(data)) + data)
+        if quickack is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+        size = struct.unpack("<i", base.recvall(sock, 4))[0]
+        if quickack is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+        return json.loads(base.recvall(sock, size))
+
+
 def queue_status(address: TrackerAddress, timeout_s: float = 5.0) -> dict:
     """The tracker's summary (``queue_info`` per key, ``server_info``).
 
@@ -79,14 +115,15 @@ def queue_status(address: TrackerAddress, timeout_s: float = 5.0) -> dict:
     TrackerError
         When the tracker cannot be reached within ``timeout_s`` seconds.
     """
-    from tvm import rpc
+    from tvm.rpc import base
 
     try:
-        with socket.create_connection((address.host, address.port), timeout=timeout_s):
-            pass
-        return dict(rpc.connect_tracker(address.host, address.port).summary())
-    except (OSError, RuntimeError) as err:
+        answer = ask_tracker(address, [base.TrackerCode.SUMMARY], timeout_s)
+    except OSError as err:
         raise TrackerError(f"cannot reach the RPC tracker at {address}: {err}") from None
+    if not isinstance(answer, list) or answer[0] != base.TrackerCode.SUCCESS:
+        raise TrackerError(f"the RPC tracker at {address} answered {answer!r} to a summary request")
+    return dict(answer[1])
 
 
 def workers_for_key(address: TrackerAddress, key: str) -> int:

@@ -1,19 +1,25 @@
 """Running built candidates on the workers of an RPC key, one candidate per worker at a time.
 
-Each candidate is measured in a process of a persistent pool (TVM's
-``PopenPoolExecutor``) with one process per registered worker of the key, so a
+A batch is cut into chunks, one per registered worker of the key (at most
+``Runner.MAX_CHUNK`` candidates each), and each chunk is measured in one RPC
+session on one worker (see :mod:`measure.measurement`) by a process of a
+persistent pool (TVM's ``PopenPoolExecutor``) with one process per worker: the
 batch is spread over every free worker while each measurement holds its device
-alone (the tracker hands a worker to one session at a time). A measurement (see
-:mod:`measure.measurement`) asks the tracker for a worker with its own wait limit
-(``device_wait_s``), so a candidate's ``timeout_s`` (enforced by the worker on the
-session) never counts the wait for a free device.
+alone (the tracker hands a worker to one session at a time), and a worker's
+session process, the reference inputs and the tracker round trips are paid once
+per chunk rather than once per candidate. A chunk asks the tracker for a worker
+with its own wait limit (``device_wait_s``), so a candidate's ``timeout_s``
+(enforced by the worker on the session) never counts the wait for a free device.
+The candidates of a chunk its session did not reach (it ended early, see
+:func:`~measure.measurement.measure_candidates`) go back to the queue, first.
 
 Faults: a run that fails is ``run_error`` when its worker is still, or again at
 once, registered at the tracker (a kernel error, or a kernel that crashed the
 worker's session process: :mod:`measure.worker` serves again), and
 ``worker_lost`` otherwise; a lost candidate goes to another worker, up to
-``retries`` times. When no worker of the key is left, the remaining candidates
-are ``worker_lost`` and the next :meth:`Runner.run` raises
+``retries`` times, and the candidates measured before it keep their results.
+When no worker of the key is left, the remaining candidates are
+``worker_lost`` and the next :meth:`Runner.run` raises
 :class:`~measure.rpc.TrackerError` naming the key, so every result of the batch
 reaches its caller first.
 """
@@ -29,7 +35,7 @@ from dataclasses import dataclass, replace
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from .builder import BuildResult
-from .measurement import NO_WORKER, RUN_FAILED, KernelReference, measure_candidate
+from .measurement import NO_WORKER, RUN_FAILED, KernelReference, measure_candidates
 from .protocol import MeasureConfig, first_line
 from .rpc import TrackerAddress, TrackerError, queue_status, workers_for_key
 
@@ -92,6 +98,8 @@ class Runner:
 
     #: Seconds to watch the tracker for a worker whose session broke to register again.
     COME_BACK_S = 3.0
+    #: Most candidates measured in one session (one task of the pool).
+    MAX_CHUNK = 16
 
     def __init__(self, tracker: TrackerAddress, key: str, config: MeasureConfig, device_type: str = "cpu") -> None:
         self.tracker = tracker
@@ -111,7 +119,7 @@ class Runner:
         """Check and time each built candidate; one result per build, in order.
 
         Failed builds are the caller's to skip. Candidates run concurrently, one
-        per registered worker of the key.
+        per registered worker of the key; a chunk of them per session.
 
         Raises
         ------
@@ -133,10 +141,12 @@ class Runner:
         running = {}
         while pending or running:
             while pending and len(running) < self._slots and self._no_worker is None:
-                i, attempt = pending.popleft()
-                future = self._pool.submit(measure_candidate, self.tracker, self.key, builds[i].artifact_path,
-                                           self.device_type, reference, self.config)
-                running[future] = (i, attempt)
+                size = min(self.MAX_CHUNK, -(-len(pending) // (self._slots - len(running))))
+                chunk = [pending.popleft() for _ in range(size)]
+                future = self._pool.submit(measure_candidates, self.tracker, self.key,
+                                           [builds[i].artifact_path for i, _ in chunk], self.device_type, reference,
+                                           self.config)
+                running[future] = chunk
             if self._no_worker is not None:
                 for i, _ in pending:
                     results[i] = RunResult("worker_lost", error=self._no_worker)
@@ -145,13 +155,16 @@ class Runner:
                     break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                i, attempt = running.pop(future)
-                result = self._outcome(future)
-                if result.status == "worker_lost" and result.worker and attempt < self.config.retries:
-                    lost[i].append(result)
-                    pending.appendleft((i, attempt + 1))
-                    continue
-                results[i] = replace(result, retries=tuple(lost[i]))
+                chunk = running.pop(future)
+                outcomes = self._outcomes(future, len(chunk))
+                again = chunk[len(outcomes):]  # not measured: the session ended early
+                for (i, attempt), result in zip(chunk, outcomes):
+                    if result.status == "worker_lost" and result.worker and attempt < self.config.retries:
+                        lost[i].append(result)
+                        again.insert(0, (i, attempt + 1))
+                    else:
+                        results[i] = replace(result, retries=tuple(lost[i]))
+                pending.extendleft(reversed(again))
         return results
 
     def close(self) -> None:
@@ -175,26 +188,32 @@ class Runner:
         if self._pool is None or slots != self._slots:
             self.close()
             # The last resort against a client stuck on a silent network: the wait for a
-            # device, the worker-enforced session, and slack for the upload.
+            # device, the worker-enforced session (one per task), and slack for the upload.
+            # When it strikes, every candidate of the task is a timeout.
             limit = self.config.device_wait_s + self.config.timeout_s + 30.0
             self._pool = PopenPoolExecutor(max_workers=slots, timeout=limit)
             self._slots = slots
 
-    def _outcome(self, future) -> RunResult:
+    def _outcomes(self, future, size: int) -> list[RunResult]:
+        """The results of a chunk of ``size`` candidates, in order; fewer when the rest went unmeasured."""
         try:
-            out = future.result()
+            outs = future.result()
         except TimeoutError:
-            return RunResult("timeout", error="run timeout: no answer from the worker's session in time")
+            return [RunResult("timeout", error="run timeout: no answer from the worker's session in time")] * size
         except Exception as err:  # noqa: BLE001 - the pool re-raises the measuring process's failure
-            return RunResult("run_error", error=first_line(str(err)))
+            return [RunResult("run_error", error=first_line(str(err)))] * size
+        if outs and outs[0]["status"] == NO_WORKER:
+            error = outs[0]["error"]
+            if not self._count_workers_quiet():
+                self._no_worker = f"no worker left with RPC key {self.key!r} on the tracker at {self.tracker}: {error}"
+                error = self._no_worker
+            return [RunResult("worker_lost", error=error)] * size
+        return [self._outcome(out) for out in outs]
+
+    def _outcome(self, out: dict) -> RunResult:
         worker = f"{self.key}@{out['worker']}" if out["worker"] else ""
         span = {"start": out["start"], "end": out["end"]}
         status, error = out["status"], out["error"]
-        if status == NO_WORKER:
-            if not self._count_workers_quiet():
-                self._no_worker = f"no worker left with RPC key {self.key!r} on the tracker at {self.tracker}: {error}"
-                return RunResult("worker_lost", error=self._no_worker)
-            return RunResult("worker_lost", error=error)
         if status == RUN_FAILED:
             if self._registered(out["worker"]):
                 if any(s in error for s in ("kShutdown", "Connection reset", "Broken pipe", "Socket")):

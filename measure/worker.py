@@ -7,6 +7,12 @@ and re-enters it after such a failure (and after a tracker that stayed away
 longer than TVM's 60 s reconnection window), on the same socket, so the worker
 registers again under the same address.
 
+Its connections write small messages at once and acknowledge at once
+(``TCP_NODELAY``, ``TCP_QUICKACK``): TVM writes a message's length and body
+apart, and Nagle's algorithm against delayed acknowledgements would hold each
+such message about 40 ms, when the worker registers again after a session and
+during the session's handshake.
+
 The worker runs any code it is sent: it binds to 127.0.0.1 unless told otherwise
 and must only be exposed to trusted networks.
 
@@ -22,9 +28,38 @@ import time
 
 logger = logging.getLogger("measure.worker")
 
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+class _PromptSocket(socket.socket):
+    """A connection that sends at once and acknowledges what it receives at once."""
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        if _QUICKACK is not None:  # the kernel clears it again: set before every read
+            self.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        return super().recv(bufsize, flags)
+
+
+def _prompt_tracker_connections() -> None:
+    """Make the tracker connections of TVM's listening loop prompt (it opens them with ``connect_with_retry``)."""
+    from tvm.rpc import base
+
+    connect = base.connect_with_retry
+    if getattr(connect, "prompt", False):
+        return
+
+    def prompt_connect(addr, *args, **kwargs):
+        sock = connect(addr, *args, **kwargs)
+        prompt = _PromptSocket(sock.family, sock.type, sock.proto, sock.detach())
+        prompt.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return prompt
+
+    prompt_connect.prompt = True
+    base.connect_with_retry = prompt_connect
+
 
 def bind(host: str, port: int, port_end: int) -> tuple[socket.socket, int]:
-    """A listening socket on the first free port of ``[port, port_end)``.
+    """A listening socket on the first free port of ``[port, port_end)``; the connections it accepts send at once.
 
     Raises
     ------
@@ -33,6 +68,7 @@ def bind(host: str, port: int, port_end: int) -> tuple[socket.socket, int]:
     """
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted connections (Linux)
     for candidate in range(port, port_end):
         try:
             sock.bind((host, candidate))
@@ -51,6 +87,7 @@ def serve(tracker: tuple[str, int], key: str, host: str = "127.0.0.1", port: int
         server as tvm_server,  # TVM's loop: register, accept, fork a session
     )
 
+    _prompt_tracker_connections()
     sock, bound = bind(host, port, port_end)
     logger.info("worker for RPC key %r on %s:%d, tracker %s:%d", key, host, bound, *tracker)
     while True:

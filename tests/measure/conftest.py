@@ -39,6 +39,7 @@ KERNELS = {
     "half_written": half_written_module,
     "slow": slow_module,
     "second": lambda: slow_module(outer_bits=10),
+    "quick": lambda: slow_module(outer_bits=0),
     "crash": crash_module,
 }
 

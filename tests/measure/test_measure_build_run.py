@@ -101,6 +101,25 @@ def test_run_timeout_then_the_runner_recovers(builds, local_rpc, scale2_referenc
     assert len(good.times_s) == 2 * good.rounds
 
 
+def test_hang_mid_batch_is_timeout_for_that_candidate_only(builds, local_rpc):
+    # A batch shares one session until the hang. The hang is charged only once it has
+    # run its whole timeout as its session's first candidate; the next one is measured.
+    reference = KernelReference(arrays=(np.ones(N, np.float32), np.array([2.0**20], np.float32)), n_outputs=1)
+    runner = Runner(local_rpc.address, RPC_KEY, MeasureConfig(repeat=2, min_repeat_ms=1, timeout_s=2))
+    try:
+        before, slow, after = runner.run([builds["quick"], builds["slow"], builds["quick"]], reference)
+    finally:
+        runner.close()
+
+    assert [before.status, slow.status, after.status] == ["ok", "timeout", "ok"], [before, slow, after]
+    assert slow.times_s == () and "2 s" in slow.error
+    assert slow.end - slow.start >= 2.0
+    assert before.end <= slow.start and slow.end <= after.start
+    assert before.worker == slow.worker == after.worker != ""
+    for result in (before, after):
+        assert len(result.times_s) == 2 * result.rounds and result.rounds >= 1
+
+
 def test_sub_second_timeout_frees_the_worker(builds, local_rpc, runner, scale2_reference):
     # The worker must end a timed-out session itself; otherwise it stays busy with
     # the runaway kernel and every later candidate on the key times out.

@@ -120,6 +120,49 @@ def test_killed_worker_is_worker_lost_then_retried_then_no_worker_left(two_worke
         runner.close()
 
 
+def _burning_worker(rpc: LocalRPC, cpu_s: float = 0.5, timeout_s: float = 60.0) -> int:
+    """Index of the first worker whose session process has run for ``cpu_s`` seconds of CPU (a long kernel)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for i, proc in enumerate(rpc.worker_processes):
+            try:
+                if any(child.cpu_times().user >= cpu_s for child in psutil.Process(proc.pid).children()):
+                    return i
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("no session ran a long kernel")
+
+
+def test_worker_killed_mid_batch_keeps_what_it_measured(builds):
+    # Two workers share the three candidates: one worker measures ``quick`` then ``second``
+    # in one session and is killed during ``second``. The first result stands; ``second``
+    # is lost, then measured on the other worker.
+    config = MeasureConfig(repeat=1, min_repeat_ms=0, timeout_s=60, device_wait_s=10, **LOOSE)
+    with LocalRPC(key=KEY, workers=2) as rpc:
+        runner = Runner(rpc.address, KEY, config)
+        out = {}
+        batch = [builds["quick"], builds["second"], builds["quick"]]
+        thread = threading.Thread(target=lambda: out.setdefault("r", runner.run(batch, SECOND_REFERENCE)))
+        try:
+            thread.start()
+            victim = _burning_worker(rpc)
+            os.killpg(rpc.worker_processes[victim].pid, signal.SIGKILL)
+            thread.join(timeout=120)
+            first, second, third = out["r"]
+        finally:
+            thread.join(timeout=120)
+            runner.close()
+
+    assert [first.status, second.status, third.status] == ["ok"] * 3, [first, second, third]
+    [lost] = second.retries
+    assert lost.status == "worker_lost" and "lost mid-measurement" in lost.error
+    assert first.worker == lost.worker != second.worker
+    assert first.end <= lost.start
+    assert first.retries == () and third.retries == ()
+    assert all(len(r.times_s) == r.rounds == 1 for r in (first, second, third))
+
+
 def test_tracker_restart_mid_run(builds, scale2_reference):
     config = MeasureConfig(repeat=1, min_repeat_ms=0, device_wait_s=30)
     with LocalRPC(key=KEY, workers=1) as rpc:
