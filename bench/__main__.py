@@ -35,6 +35,7 @@ BENCHMARKS = [
     ("layer", "bench.layer", "End to end: the Qwen3-0.6B layer per stage against PyTorch eager and MetaSchedule"),
     ("cost_model", None, "Cost model: held-out-workload ranking metrics against TenSet's published XGBoost"),
     ("later_compile", "bench.later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"),
+    ("extraction", "bench.extraction", "E-graph extraction of a whole 28-layer Qwen3-0.6B, identical layers deduplicated"),
     ("service", "bench.service", "Service: measurements per minute with 1 and 2 workers, overhead"),
     ("database", "bench.database", "Database: query times at 1M measure records"),
 ]
