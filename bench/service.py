@@ -12,7 +12,9 @@ that every contender does the same work):
   worker pinned to core 0;
 - service, 2 workers: the same with two workers pinned to cores 0 and 1.
 
-Each contender measures the whole batch ``--rounds`` times; figures are medians.
+Each contender measures the whole batch ``--rounds`` times, taking turns pass by
+pass (so that a change in the shared machine's load touches all three alike);
+figures are medians.
 Goals (the measurement-service issue): overhead of the service with one worker
 against the bare loop under 10%; two workers at least 1.8x one.
 """
@@ -75,24 +77,52 @@ def _bare(artifacts: list[str], arrays, config) -> float:
     return time.perf_counter() - start
 
 
-def _service(builds, reference, config, workers: int, rounds: int) -> list[float]:
-    """Seconds per pass of :class:`measure.Runner` over ``builds`` with ``workers`` pinned workers."""
+def _bare_pass(artifacts: list[str], arrays, config) -> float:
+    """Seconds for one bare pass, pinned to core 0."""
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})
+    try:
+        return _bare(artifacts, arrays, config)
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+def _service_pass(runner, builds, reference) -> float:
+    """Seconds for one pass of :class:`measure.Runner` over ``builds``.
+
+    Raises
+    ------
+    RuntimeError
+        When a measurement failed.
+    """
+    start = time.perf_counter()
+    results = runner.run(builds, reference)
+    seconds = time.perf_counter() - start
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} measurements failed: {bad[0].error}")
+    return seconds
+
+
+def _contenders(builds, reference, config, rounds: int) -> dict[str, list[float]]:
+    """Seconds per pass of the bare loop and the service with 1 and 2 pinned workers, passes taking turns."""
     from measure import LocalRPC, Runner
 
-    times = []
-    with LocalRPC(key="bench-service", workers=workers, worker_cpus=[{i} for i in range(workers)]) as rpc:
-        runner = Runner(rpc.address, rpc.key, config)
+    times = {"bare": [], "one": [], "two": []}
+    artifacts = [r.artifact_path for r in builds]
+    with (LocalRPC(key="bench-service-1", workers=1, worker_cpus=[{0}]) as rpc1,
+          LocalRPC(key="bench-service-2", workers=2, worker_cpus=[{0}, {1}]) as rpc2):
+        runners = {"one": Runner(rpc1.address, rpc1.key, config), "two": Runner(rpc2.address, rpc2.key, config)}
         try:
-            runner.run(builds[:workers], reference)  # start the pool's processes
+            for workers, runner in enumerate(runners.values(), start=1):
+                runner.run(builds[:workers], reference)  # start the pool's processes
             for _ in range(rounds):
-                start = time.perf_counter()
-                results = runner.run(builds, reference)
-                times.append(time.perf_counter() - start)
-                bad = [r for r in results if r.status != "ok"]
-                if bad:
-                    raise RuntimeError(f"{len(bad)} measurements failed: {bad[0].error}")
+                times["bare"].append(_bare_pass(artifacts, reference.arrays, config))
+                for name, runner in runners.items():
+                    times[name].append(_service_pass(runner, builds, reference))
         finally:
-            runner.close()
+            for runner in runners.values():
+                runner.close()
     return times
 
 
@@ -119,21 +149,14 @@ def run(quick: bool = False, n: int = 128, rounds: int | None = None) -> BenchRe
     if any(r.error for r in builds):
         return BenchResult.not_run("service", title, f"a build failed: {next(r.error for r in builds if r.error)}")
     try:
-        saved = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {0})
-        try:
-            bare = [_bare([r.artifact_path for r in builds], reference.arrays, config) for _ in range(rounds)]
-        finally:
-            os.sched_setaffinity(0, saved)
-        one = _service(builds, reference, config, 1, rounds)
-        two = _service(builds, reference, config, 2, rounds)
+        times = _contenders(builds, reference, config, rounds)
     finally:
         for r in builds:
             shutil.rmtree(os.path.dirname(r.artifact_path), ignore_errors=True)
 
     count = len(builds)
-    per_min = {name: 60.0 * count / statistics.median(t) for name, t in (("bare", bare), ("one", one), ("two", two))}
-    overhead = statistics.median(one) / statistics.median(bare) - 1.0
+    per_min = {name: 60.0 * count / statistics.median(t) for name, t in times.items()}
+    overhead = statistics.median(times["one"]) / statistics.median(times["bare"]) - 1.0
     result = BenchResult(name="service", title=title)
     result.rows = [
         Row("measurements per minute, bare loop (core 0)", per_min["bare"], None, "", None, "", None),
@@ -146,7 +169,7 @@ def run(quick: bool = False, n: int = 128, rounds: int | None = None) -> BenchRe
     ]
     result.notes = [
         f"{count} candidates ({len(TILES)} tilings of a {n}x{n} float32 matmul), built once; {rounds} passes each, "
-        "medians of the pass times.",
+        "the contenders taking turns; medians of the pass times.",
         f"Protocol: correctness check, then time_evaluator repeat={config.repeat}, "
         f"min_repeat_ms={config.min_repeat_ms}, cache flush; no re-measuring (identical work for all three).",
         "Service times include requesting a worker from the tracker, upload, check and timing; the builds are not timed.",

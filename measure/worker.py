@@ -41,7 +41,11 @@ class _PromptSocket(socket.socket):
 
 
 def _prompt_tracker_connections() -> None:
-    """Make the tracker connections of TVM's listening loop prompt (it opens them with ``connect_with_retry``)."""
+    """Make the tracker connections of TVM's listening loop prompt.
+
+    The loop opens them with ``tvm.rpc.base.connect_with_retry``, which this replaces
+    (in this process only) by the same call returning a :class:`_PromptSocket`.
+    """
     from tvm.rpc import base
 
     connect = base.connect_with_retry
