@@ -81,7 +81,7 @@ def _fmt(value) -> str:
 @model_app.command("train")
 def train_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    objective: Annotated[str, typer.Option(help="XGBoost objective: rank:pairwise (default), rank:ndcg, reg:normalized or reg:latency.")] = "rank:pairwise",
+    objective: Annotated[str, typer.Option(help="XGBoost objective: reg:latency (default), rank:pairwise, rank:ndcg or reg:normalized.")] = "reg:latency",
     seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
     peak_gflops: Annotated[float | None, typer.Option("--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
     bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="Roofline fallback: memory bandwidth in GB/s (default: measured).")] = None,
