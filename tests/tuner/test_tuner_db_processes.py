@@ -28,9 +28,10 @@ from database.liveness import STALE_ENV
 from database.scratch import scratch_postgres_schema
 
 TRIALS = 3
+KILLED_TRIALS = 12  # enough that the kill lands mid-run even when measurements are fast and the poll is slow
 STALE_S = 3.0
 RUN_ARGS = ("--candidates", "1", "--batch-size", "1", "--repeat", "2", "--min-repeat-ms", "1",
-            "--timeout", "300", "--trials", str(TRIALS))
+            "--timeout", "300")
 
 
 def write_matmul_add(path, m: int, k: int, n: int) -> str:
@@ -49,10 +50,11 @@ def write_matmul_add(path, m: int, k: int, n: int) -> str:
     return str(path)
 
 
-def start_run(model: str, db_url: str, cwd) -> subprocess.Popen:
+def start_run(model: str, db_url: str, cwd, trials: int = TRIALS) -> subprocess.Popen:
     env = {**os.environ, STALE_ENV: str(STALE_S)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tuner", "run", model, *RUN_ARGS, "--db", db_url, "--json", "-q",
+        [sys.executable, "-m", "tuner", "run", model, *RUN_ARGS, "--trials", str(trials), "--db", db_url, "--json",
+         "-q",
          "--artifact-dir", str(cwd / "artifacts")],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -125,10 +127,10 @@ def wait_for_first_measurement(proc: subprocess.Popen, db_path, deadline_s: floa
 
 
 def test_killed_run_leaves_a_consistent_database_and_the_rerun_resumes(tmp_path):
-    model = write_matmul_add(tmp_path / "mm.onnx", 8, 16, 8)
+    model = write_matmul_add(tmp_path / "mm.onnx", 32, 64, 32)  # a space of more than KILLED_TRIALS schedules
     db_path = tmp_path / "tune.db"
     url = f"sqlite:///{db_path}"
-    proc = start_run(model, url, tmp_path)
+    proc = start_run(model, url, tmp_path, KILLED_TRIALS)
     try:
         wait_for_first_measurement(proc, db_path, deadline_s=1500)
     finally:  # the crash: SIGKILL, no chance to clean up (or the test failed: end it all the same)
@@ -138,14 +140,14 @@ def test_killed_run_leaves_a_consistent_database_and_the_rerun_resumes(tmp_path)
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert con.execute("SELECT status FROM session").fetchall() == [("running",)]
         before = con.execute("SELECT COUNT(*) FROM measure_result").fetchone()[0]
-    assert 1 <= before < TRIALS
+    assert 1 <= before < KILLED_TRIALS
 
     time.sleep(STALE_S)  # the killed session's heartbeat goes stale
-    summary = finish(start_run(model, url, tmp_path))
-    assert summary["measured_trials"] == TRIALS - before  # nothing measured again
+    summary = finish(start_run(model, url, tmp_path, KILLED_TRIALS))
+    assert summary["measured_trials"] == KILLED_TRIALS - before  # nothing measured again
     assert query(url, "SELECT id, status FROM session ORDER BY id") == [(1, "interrupted"), (2, "finished")]
     assert query(url, DUPLICATES) == []
-    assert query(url, "SELECT COUNT(DISTINCT candidate_id) FROM measure_result") == [(TRIALS,)]
+    assert query(url, "SELECT COUNT(DISTINCT candidate_id) FROM measure_result") == [(KILLED_TRIALS,)]
 
 
 def test_four_concurrent_runs_share_one_database(shared_url, tmp_path):
