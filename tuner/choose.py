@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from database.models import CandidateRecord
+
 from .cost_model import featurize
 from .kernels import Kernel
 from .roofline_model import RooflineCostModel
@@ -36,14 +38,20 @@ class KernelChoice:
         Latency of one call in seconds: measured, predicted or the roofline bound.
     source : str
         ``"measured"``, ``"predicted"`` or ``"roofline"``.
-    candidate : ScheduleCandidate or None
-        The model's pick when ``source == "predicted"`` (None otherwise: the measured
-        best is read from the database, the roofline case compiles the default).
+    record : CandidateRecord or None
+        The schedule to compile: the fastest measured candidate (``"measured"``),
+        the model's pick (``"predicted"``), or None for the untuned default
+        (``"roofline"``).
     """
 
     seconds: float
     source: str
-    candidate: ScheduleCandidate | None = None
+    record: CandidateRecord | None = None
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the kernel is compiled with a schedule other than the untuned default."""
+        return self.record is not None and not self.record.is_default
 
 
 def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MODEL_PICK_SAMPLES
@@ -75,11 +83,11 @@ def choose_kernel(db, kernel: Kernel, space: ScheduleSpace, target_hash: str, tr
     """
     best = db.best(kernel.workload.workload_hash, target_hash)
     if best is not None:
-        return KernelChoice(best[1], "measured")
+        return KernelChoice(best[1], "measured", best[0])
     if not trainer.model.fitted:
         return KernelChoice((roofline or _host_roofline()).predict_latency(kernel.workload), "roofline")
     candidate, seconds = model_pick(kernel, space, trainer)
-    return KernelChoice(seconds, "predicted", candidate)
+    return KernelChoice(seconds, "predicted", candidate.record)
 
 
 @functools.cache

@@ -296,6 +296,8 @@ class TuneRun:
                 for h, kernel in sorted(workloads.items(), key=lambda kv: -kv[1].workload.flops):
                     outcome = self._tune_workload(db, kernel, spaces[h], target_rec, trainer, measurer)
                     new_trials[h] = outcome.measured_now
+                    if spaces[h].space_note:
+                        self.progress.note(f"{kernel.name}: {spaces[h].space_note}")
                     self.progress.kernel_done(kernel.name, outcome.stop_reason, spaces[h].space_error,
                                               o.trials - outcome.measured_now)
             finally:
@@ -307,8 +309,8 @@ class TuneRun:
             ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
-            timed, latency, artifact, err = self._compile_and_time(db, model, target, ranked[:o.measure_top], spaces,
-                                                                   choices, target_rec, tracker, key, session_id)
+            timed, latency, artifact, err = self._compile_and_time(model, target, ranked[:o.measure_top], spaces,
+                                                                   choices, tracker, key, session_id)
         for c, measured in timed:
             db.update_graph_latency(_graph_hash(model.model_hash, c.term_text), predicted=prices[c.term_hash],
                                     measured=measured)
@@ -383,16 +385,15 @@ class TuneRun:
     def _kernel_summary(self, db, k, target_rec, new_trials, choice) -> KernelSummary:
         wh = k.workload.workload_hash
         measured = db.measured_candidates(wh, target_rec.target_hash)
-        best = db.best(wh, target_rec.target_hash)
         default = [m for m in measured.values() if m.status == "ok" and _is_default(m)]
         return KernelSummary(
             name=k.name, workload_hash=wh, op_kind=k.workload.op_kind, calls=k.calls, flops=k.workload.flops,
-            latency_s=best[1] if best else choice.seconds, default_latency_s=default[0].median_s if default else None,
-            predicted=best is None, trials=len(measured), new_trials=new_trials.get(wh, 0),
-            source="measured" if best else choice.source,
+            latency_s=choice.seconds, default_latency_s=default[0].median_s if default else None,
+            predicted=choice.source != "measured", trials=len(measured), new_trials=new_trials.get(wh, 0),
+            source=choice.source,
         )
 
-    def _compile_and_time(self, db, model, target, ranked, spaces, choices, target_rec, tracker, key, session_id):
+    def _compile_and_time(self, model, target, ranked, spaces, choices, tracker, key, session_id):
         """Build the cheapest programs of ``ranked`` and TVM's default build, time them in one worker session.
 
         Returns ``(timed, latency, artifact, max_abs_error)``: ``timed`` pairs each
@@ -411,11 +412,9 @@ class TuneRun:
         for i, (cand, fused, kernels) in enumerate(ranked):
             scheduled = {}
             for k in kernels:
-                wh = k.workload.workload_hash
-                best = db.best(wh, target_rec.target_hash)
-                pick = best[0] if best is not None else getattr(choices[wh].candidate, "record", None)
-                if pick is not None and not pick.is_default:
-                    scheduled[k.name] = spaces[wh].replay(pick).mod
+                choice = choices[k.workload.workload_hash]
+                if choice.scheduled:
+                    scheduled[k.name] = spaces[k.workload.workload_hash].replay(choice.record).mod
             with self.progress.status(f"building candidate program {i + 1} of {len(ranked)} ({cand.term_hash[:10]})"):
                 paths.append(export(build_tuned(fused, scheduled, target), f"{stem}-{cand.term_hash[:10]}.so"))
         args = list(model.inputs) + list(model.params)

@@ -4,6 +4,14 @@ The design space is MetaSchedule's post-order-apply space with the target's
 default schedule rules; candidates are traces sampled from it (MetaSchedule's
 replay-trace strategy, postprocessors applied), keyed by their trace JSON. The
 untuned default, the unscheduled kernel (empty trace), is always candidate 0.
+
+A kernel whose GEMM feeds an epilogue that also reads another producer (the
+fused ``silu_mul_dense`` reads two GEMMs, ``rms_norm_dense`` a GEMM and the row
+statistics) has no space under the default rules: multi-level tiling fuses the
+epilogue under the GEMM's loops with ``reverse_compute_at``, which TVM refuses
+there. Such a kernel falls back to the same rules with multi-level tiling's
+write reuse off (each GEMM tiled on its own, the epilogue a loop nest of its
+own in the same kernel, CPU targets only); ``space_note`` says so.
 """
 
 from __future__ import annotations
@@ -51,18 +59,46 @@ class ScheduleSpace:
         self.workload_hash = workload_hash
         self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
         self.args_info = ArgInfo.from_prim_func(self.mod["main"])
+        self.target, self.seed = target, seed
         register_tensor_intrinsics(target)
-        self.context = ms.TuneContext(
-            self.mod,
-            target=target,
-            space_generator="post-order-apply",
-            search_strategy="replay-trace",
-            task_name=workload_hash[:12],
-            num_threads=int(target.attrs.get("num-cores", 1)) if hasattr(target, "attrs") else 1,
-            rand_state=seed,
-        )
+        self.context = self._context("post-order-apply")
         self._design_spaces = None
         self.space_error: str | None = None
+        self.space_note: str | None = None
+
+    def _context(self, space_generator) -> ms.TuneContext:
+        target = self.target
+        return ms.TuneContext(
+            self.mod,
+            target=target,
+            space_generator=space_generator,
+            search_strategy="replay-trace",
+            task_name=self.workload_hash[:12],
+            num_threads=int(target.attrs.get("num-cores", 1)) if hasattr(target, "attrs") else 1,
+            rand_state=self.seed,
+        )
+
+    def _generate(self) -> list:
+        try:
+            return list(self.context.generate_design_space())
+        except Exception as err:  # TVM raises ScheduleError and others from its rules
+            first = _first_line(err)
+        kind = self.target.kind.name
+        if kind != "llvm":  # the fallback below is the CPU tiling structure
+            self.space_error = first
+            return []
+        rules = [_unfused_tiling() if type(r).__name__ == "MultiLevelTiling" else r
+                 for r in ms.ScheduleRule.create(kind)]
+        try:
+            self.context = self._context(ms.space_generator.PostOrderApply(
+                sch_rules=rules, postprocs=kind, mutator_probs=kind))
+            spaces = list(self.context.generate_design_space())
+        except Exception as err:
+            self.context = self._context("post-order-apply")
+            self.space_error = f"{first} (without epilogue fusion: {_first_line(err)})"
+            return []
+        self.space_note = f"multi-level tiling without epilogue fusion ({first})"
+        return spaces
 
     def default(self) -> ScheduleCandidate:
         """The untuned default: the unscheduled kernel, empty trace."""
@@ -75,11 +111,7 @@ class ScheduleSpace:
         the result is empty and ``space_error`` says why.
         """
         if self._design_spaces is None:
-            try:
-                self._design_spaces = self.context.generate_design_space()
-            except Exception as err:  # TVM raises ScheduleError and others from its rules
-                self.space_error = str(err).strip().splitlines()[0]
-                self._design_spaces = []
+            self._design_spaces = self._generate()
         if not self._design_spaces:
             return []
         self.context.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=self._design_spaces)
@@ -104,3 +136,13 @@ class ScheduleSpace:
         measure = [ms.MeasureCandidate(Schedule(c.mod), self.args_info) for c in candidates]
         extractor = ms.feature_extractor.PerStoreFeature()
         return [f.numpy() for f in extractor.extract_from(self.context, measure)]
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _unfused_tiling():
+    """MetaSchedule's CPU multi-level tiling (``SSRSRS``, innermost factor at most 64) without write reuse."""
+    return ms.schedule_rule.MultiLevelTiling(structure="SSRSRS", tile_binds=None, max_innermost_factor=64,
+                                             vector_load_lens=None, reuse_read=None, reuse_write=None)

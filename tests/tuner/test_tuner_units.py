@@ -80,3 +80,35 @@ def test_untrained_model_picks_nothing_and_a_trained_one_picks_its_fastest(kerne
     again = featurize(space.features([picked])[0], kernel.workload)[None]
     assert seconds == pytest.approx(float(trainer.predict(again)[0]))
     assert seconds <= float(trainer.predict(X[:1])[0]), "never predicted slower than the default it could pick"
+
+
+@pytest.mark.parametrize("fused", ["silu_mul_dense", "rms_norm_dense"])
+def test_epilogue_with_two_producers_gets_an_unfused_tiling_space(fused):
+    """The fused GEMM kernels TVM's default rules cannot tile are sampled without epilogue fusion, and compute the same."""
+    import tvm
+    from tvm import te
+
+    from extract.lowering import rms_norm_dense_te, silu_mul_dense_te
+
+    x, w, w2, g = (te.placeholder(s, name=n) for s, n in [((8, 64), "x"), ((32, 64), "w"), ((32, 64), "w2"),
+                                                           ((64,), "g")])
+    if fused == "silu_mul_dense":
+        args = [x, w, w2, silu_mul_dense_te(x, w, w2)]
+    else:
+        args = [x, g, w, rms_norm_dense_te(x, g, w, 1e-6)]
+    target = make_target({"kind": "llvm", "num-cores": 2})
+    space = ScheduleSpace(te.create_prim_func(args), "f" * 64, target)
+    sampled = space.sample(4)
+    assert space.space_error is None and "without epilogue fusion" in space.space_note
+    assert len(sampled) >= 2
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal([int(d) for d in a.shape]).astype("float32") for a in args[:-1]]
+
+    def run(mod):
+        out = tvm.runtime.tensor(np.zeros([int(d) for d in args[-1].shape], "float32"))
+        tvm.compile(mod, target)["main"](*[tvm.runtime.tensor(a) for a in inputs], out)
+        return out.numpy()
+
+    expected = run(space.default().mod)
+    for cand in sampled[:2]:
+        np.testing.assert_allclose(run(space.replay(cand.record).mod), expected, rtol=1e-4, atol=1e-4)
