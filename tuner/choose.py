@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from database.models import CandidateRecord
+from database import CandidateRecord
 
 from .cost_model import featurize
 from .kernels import Kernel
