@@ -23,7 +23,7 @@ from dataclasses import fields
 from datetime import timedelta
 from importlib import metadata
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import claims, queries
@@ -444,8 +444,10 @@ class Database:
         Parameters
         ----------
         model : str, optional
-            A model hash, or a model source as recorded by its sessions (e.g.
-            ``qwen3-tiny``, a file path): the workloads of the model's extracted programs.
+            A model hash, a model as given to ``tune run`` (``qwen3-0.6b``, a file
+            path: every stage and size of it), or a whole source as its sessions
+            recorded it (``qwen3-0.6b prefill seq_len=128 layers=1``): the
+            workloads of the model's extracted programs.
         workload : str, optional
             A workload hash or a prefix of one.
         """
@@ -454,8 +456,9 @@ class Database:
             if workload is not None:
                 query = query.where(Workload.workload_hash.startswith(workload, autoescape=True))
             if model is not None:
-                hashes = set(conn.scalars(select(TuningSession.model_hash).where(
-                    TuningSession.model_source == model)))
+                hashes = set(conn.scalars(select(TuningSession.model_hash).where(or_(
+                    TuningSession.model_source == model,
+                    TuningSession.model_source.startswith(model + " ", autoescape=True)))))
                 hashes.add(model)
                 members: set[str] = set()
                 for text_ in conn.scalars(select(GraphCandidate.workload_hashes).where(

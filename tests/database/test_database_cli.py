@@ -64,6 +64,17 @@ def test_best_by_model_and_by_workload(db_url, db, make):
     assert "2000.00 us" in result.output
 
 
+def test_best_by_the_model_name_given_to_tune_run(db_url, db, make):
+    target, workloads, _ = _fill(db, make)
+    other = db.start_session({}, "qwen3-0.6b prefill seq_len=128 layers=1", "model-hash")
+    db.finish_session(other)
+    for how in ("qwen3-0.6b", "qwen3-0.6b prefill seq_len=128 layers=1"):
+        result = tune_db("best", "--db", db_url, "--json", "--model", how)
+        assert result.exit_code == 0, result.output
+        assert len(json.loads(result.output)["best"]) == 2
+    assert tune_db("best", "--db", db_url, "--model", "qwen3").exit_code == 1  # a prefix of the name is not the name
+
+
 def test_best_needs_a_selection_and_a_match(db_url, db, make):
     _fill(db, make)
     assert tune_db("best", "--db", db_url).exit_code == 1
