@@ -14,6 +14,7 @@ Every best schedule, ours or MetaSchedule's, is then timed by the same timer
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -110,8 +111,8 @@ class OurTuner:
     def __init__(self, target, config: MeasureConfig | None = None, batch_size: int = 8) -> None:
         self.target = target
         self.config = config or MeasureConfig()
-        self.batch_size = batch_size
         self.target_rec = TargetRecord(target_json(target), LOCAL_KEY)
+        self.search = SearchConfig(batch_size=batch_size)
         self.db = None
 
     def __enter__(self) -> OurTuner:
@@ -129,6 +130,10 @@ class OurTuner:
         self.measurer = BatchMeasurer(self.db, self.builder, self.runner, self.target_rec, self.session_id,
                                       lambda: None)
         return self
+
+    def close_db(self) -> None:
+        """End the session and close the current database (``open`` another before tuning again)."""
+        self._close_db("finished")
 
     def _close_db(self, status: str) -> None:
         if self.db is not None:
@@ -166,7 +171,7 @@ class OurTuner:
             return records
 
         tune_kernel(kernel, space, self.db.measured_candidates(wh, th), self.db.training_rows(th, [wh]), trainer,
-                    measure, SearchConfig(trials=trials, batch_size=self.batch_size, seed=seed))
+                    measure, dataclasses.replace(self.search, trials=trials, seed=seed))
         return [Trial(c.trace_json, r.median_s if r.status == "ok" else None) for c, r in done]
 
     def save_model(self, trainer: ModelTrainer) -> int | None:

@@ -107,6 +107,27 @@ def apply_trace(func: PrimFunc, trace_json: str) -> tvm.IRModule:
     return sch.mod
 
 
+def mutate_trace(func: PrimFunc, trace_json: str, mutator, postprocs, seed: int) -> Trace | None:
+    """One MetaSchedule mutation of a stored trace, postprocessed as evolutionary search does.
+
+    ``mutator`` (a ``ms.Mutator`` initialised by a tune context) rewrites one
+    sampling decision of the trace with random state ``seed`` (a positive int);
+    the mutated trace is replayed without its postprocessing instructions, then
+    ``postprocs`` are applied. Returns the new schedule's trace (postprocessing
+    included), or None when the mutator or a postprocessor refuses.
+    """
+    sch = Schedule(tvm.IRModule({"main": func}))
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    new = ms._ffi_api.MutatorApply(mutator, sch.trace, seed)
+    if new is None:
+        return None
+    out = Schedule(tvm.IRModule({"main": func}))
+    new.apply_to_schedule(out, remove_postproc=True)
+    if not all(p.apply(out) for p in postprocs):
+        return None
+    return out.trace
+
+
 def lower_and_finalize_passes(target: tvm.target.Target) -> list:
     """Relax's dataflow-lowering and finalisation passes for ``target`` (after fusion).
 

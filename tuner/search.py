@@ -2,6 +2,10 @@
 
 Each batch takes the candidates the model ranks fastest, plus a share drawn at
 random from the rest (exploration, so the model sees what it would not pick).
+The pool starts as schedules sampled from the space; after each batch, mutants
+of the fastest schedules measured so far join it (MetaSchedule's evolutionary
+step, Zheng et al., Ansor, OSDI 2020, section 5.1), so later batches can refine
+what worked rather than only draw afresh.
 The untuned default schedule is always measured first. The budget counts every
 measurement of the workload on the target in the database, so a rerun of the
 same job measures nothing already measured.
@@ -35,7 +39,11 @@ class SearchConfig:
     explore : float
         Share of each batch chosen at random rather than by the model.
     pool_factor : int
-        Candidates sampled from the space per trial of budget left.
+        Candidates sampled from the space per trial of budget left; also the
+        mutants added to the pool after a batch, per candidate of a batch.
+    parents : int
+        Fastest measured schedules whose mutants join the pool after each batch
+        (0: sampling only).
     seed : int
         Seed of the sampler and of the exploration draw.
     """
@@ -44,6 +52,7 @@ class SearchConfig:
     batch_size: int = 8
     explore: float = 0.25
     pool_factor: int = 4
+    parents: int = 4
     seed: int = 0
 
 
@@ -134,8 +143,10 @@ def tune_kernel(
     """
     before = len(measured)
     rng = np.random.default_rng(config.seed)
+    seen: dict[str, ScheduleCandidate] = {}  # measured schedules, the parents of mutants
     if history:
         replayed = [space.replay(CandidateRecord(row.workload_hash, row.trace_json)) for row in history]
+        seen.update((c.record.candidate_hash, c) for c in replayed)
         for cand, per_store, row in zip(replayed, space.features(replayed), history):
             trainer.add(row.candidate_hash, featurize(per_store, kernel.workload), row.median_s,
                         kernel.workload.workload_hash)
@@ -172,7 +183,20 @@ def tune_kernel(
         _learn(trainer, space, kernel, batch, measured)
         trainer.retrain()
         on_batch(kernel, results)
+        seen.update((c.record.candidate_hash, c) for c in batch)
+        if config.parents and len(measured) < config.trials:
+            in_pool = {c.record.candidate_hash for c in pool} | set(measured)
+            mutants = space.mutate(_fastest(seen, measured, config.parents), config.pool_factor * config.batch_size)
+            pool += [c for c in mutants if c.record.candidate_hash not in in_pool]
     return KernelOutcome(kernel.workload.workload_hash, stop, before, len(measured) - before)
+
+
+def _fastest(seen: dict[str, ScheduleCandidate], measured: dict[str, MeasureRecord], n: int
+             ) -> list[ScheduleCandidate]:
+    """The ``n`` schedules of ``seen`` with the least successful measured latency."""
+    ok = [(measured[h].median_s, h) for h in seen
+          if h in measured and measured[h].status == "ok" and valid_rows(np.array([measured[h].median_s]))[0]]
+    return [seen[h] for _, h in sorted(ok)[:n]]
 
 
 def _learn(trainer, space, kernel, candidates, measured) -> None:

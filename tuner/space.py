@@ -4,6 +4,9 @@ The design space is MetaSchedule's post-order-apply space with the target's
 default schedule rules; candidates are traces sampled from it (MetaSchedule's
 replay-trace strategy, postprocessors applied), keyed by their trace JSON. The
 untuned default, the unscheduled kernel (empty trace), is always candidate 0.
+:meth:`ScheduleSpace.mutate` gives neighbours of measured schedules with the
+target's MetaSchedule mutators (tile sizes, compute location, unroll, parallel
+extent), the step MetaSchedule's evolutionary search takes.
 
 A kernel whose GEMM feeds an epilogue that also reads another producer (the
 fused ``silu_mul_dense`` reads two GEMMs, ``rms_norm_dense`` a GEMM and the row
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 
 from database import DEFAULT_TRACE_JSON, CandidateRecord
@@ -27,6 +31,7 @@ from measure.tvmapi import (
     Schedule,
     apply_trace,
     ms,
+    mutate_trace,
     register_tensor_intrinsics,
     trace_to_json,
 )
@@ -65,6 +70,7 @@ class ScheduleSpace:
         self._design_spaces = None
         self.space_error: str | None = None
         self.space_note: str | None = None
+        self._rng = np.random.default_rng(seed)
 
     def _context(self, space_generator) -> ms.TuneContext:
         target = self.target
@@ -104,15 +110,18 @@ class ScheduleSpace:
         """The untuned default: the unscheduled kernel, empty trace."""
         return ScheduleCandidate(CandidateRecord(self.workload_hash, DEFAULT_TRACE_JSON), self.mod)
 
+    def _spaces(self) -> list:
+        if self._design_spaces is None:
+            self._design_spaces = self._generate()
+        return self._design_spaces
+
     def sample(self, n: int) -> list[ScheduleCandidate]:
         """Up to ``n`` distinct sampled schedules (fewer when the space is small).
 
         A kernel on which TVM's schedule rules fail has only its default schedule:
         the result is empty and ``space_error`` says why.
         """
-        if self._design_spaces is None:
-            self._design_spaces = self._generate()
-        if not self._design_spaces:
+        if not self._spaces():
             return []
         self.context.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=self._design_spaces)
         try:
@@ -124,6 +133,40 @@ class ScheduleSpace:
             record = CandidateRecord(self.workload_hash, trace_to_json(cand.sch.trace))
             unique.setdefault(record.candidate_hash, ScheduleCandidate(record, cand.sch.mod))
         return list(unique.values())
+
+    def mutate(self, parents: list[ScheduleCandidate], n: int) -> list[ScheduleCandidate]:
+        """Up to ``n`` distinct schedules, each one mutation away from a parent.
+
+        A mutator is drawn with the target's MetaSchedule probabilities for each
+        attempt (at most ``4 * n``); untuned defaults and refused mutations give
+        nothing. Parents are left out of the result. Seeded by the space's seed.
+        """
+        parents = [p for p in parents if not p.record.is_default]
+        if n <= 0 or not parents or not self._spaces():
+            return []
+        generator = self.context.space_generator
+        mutators = list(generator.mutator_probs.items())
+        if not mutators:
+            return []
+        probs = np.array([float(p) for _, p in mutators])
+        probs /= probs.sum()
+        func = self.mod["main"]
+        seen = {p.record.candidate_hash for p in parents}
+        out: list[ScheduleCandidate] = []
+        for _ in range(4 * n):
+            parent = parents[int(self._rng.integers(len(parents)))]
+            mutator = mutators[int(self._rng.choice(len(mutators), p=probs))][0]
+            trace = mutate_trace(func, parent.record.trace_json, mutator, generator.postprocs,
+                                 int(self._rng.integers(1, 2**31 - 1)))
+            if trace is None:
+                continue
+            record = CandidateRecord(self.workload_hash, trace_to_json(trace))
+            if record.candidate_hash not in seen:
+                seen.add(record.candidate_hash)
+                out.append(self.replay(record))
+                if len(out) == n:
+                    break
+        return out
 
     def replay(self, record: CandidateRecord) -> ScheduleCandidate:
         """The scheduled module of a stored candidate of this kernel."""

@@ -85,7 +85,6 @@ def test_untrained_model_picks_nothing_and_a_trained_one_picks_its_fastest(kerne
 @pytest.mark.parametrize("fused", ["silu_mul_dense", "rms_norm_dense"])
 def test_epilogue_with_two_producers_gets_an_unfused_tiling_space(fused):
     """The fused GEMM kernels TVM's default rules cannot tile are sampled without epilogue fusion, and compute the same."""
-    import tvm
     from tvm import te
 
     from extract.lowering import rms_norm_dense_te, silu_mul_dense_te
@@ -101,14 +100,36 @@ def test_epilogue_with_two_producers_gets_an_unfused_tiling_space(fused):
     sampled = space.sample(4)
     assert space.space_error is None and "without epilogue fusion" in space.space_note
     assert len(sampled) >= 2
-    rng = np.random.default_rng(0)
-    inputs = [rng.standard_normal([int(d) for d in a.shape]).astype("float32") for a in args[:-1]]
-
-    def run(mod):
-        out = tvm.runtime.tensor(np.zeros([int(d) for d in args[-1].shape], "float32"))
-        tvm.compile(mod, target)["main"](*[tvm.runtime.tensor(a) for a in inputs], out)
-        return out.numpy()
-
-    expected = run(space.default().mod)
+    expected = _run_on_cpu(space.default().mod, target)
     for cand in sampled[:2]:
-        np.testing.assert_allclose(run(space.replay(cand.record).mod), expected, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(_run_on_cpu(space.replay(cand.record).mod, target), expected, rtol=1e-4, atol=1e-4)
+
+
+def _run_on_cpu(mod, target) -> np.ndarray:
+    """Build ``mod`` (its ``main`` writes its last argument) and run it on fixed random inputs; the output."""
+    import tvm
+
+    from measure.tvmapi import ArgInfo
+
+    shapes = [[int(d) for d in info.shape] for info in ArgInfo.from_prim_func(mod["main"])]
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in shapes[:-1]]
+    out = tvm.runtime.tensor(np.zeros(shapes[-1], "float32"))
+    tvm.compile(mod, target)["main"](*args, out)
+    return out.numpy()
+
+
+def test_mutants_are_new_replayable_schedules_that_compute_the_same(kernels):
+    kernel = max(kernels, key=lambda k: k.workload.flops)
+    target = make_target({"kind": "llvm", "num-cores": 2})
+    space = ScheduleSpace(kernel.func, kernel.workload.workload_hash, target)
+    parents = space.sample(2)
+    mutants = space.mutate(parents + [space.default()], 6)
+    assert len(mutants) >= 3
+    hashes = {c.record.candidate_hash for c in mutants}
+    assert len(hashes) == len(mutants) and not hashes & {p.record.candidate_hash for p in parents}
+    assert space.mutate([space.default()], 4) == [], "the untuned default has no decision to mutate"
+    expected = _run_on_cpu(space.default().mod, target)
+    for cand in mutants[:2]:
+        assert space.replay(cand.record).mod.script() == cand.mod.script()
+        np.testing.assert_allclose(_run_on_cpu(cand.mod, target), expected, rtol=1e-4, atol=1e-4)
