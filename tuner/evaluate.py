@@ -88,10 +88,14 @@ def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray
     return out
 
 
-def fit_scorer(name: str, X: np.ndarray, latency_s: np.ndarray, groups: np.ndarray, seed: int = 0) -> Scorer:
-    """Train model ``name`` (one of ``MODELS``) and return its scoring function (higher is faster)."""
+def fit_scorer(name: str, X: np.ndarray, latency_s: np.ndarray, groups: np.ndarray, seed: int = 0,
+               xgb_params: dict | None = None) -> Scorer:
+    """Train model ``name`` (one of ``MODELS``) and return its scoring function (higher is faster).
+
+    ``xgb_params`` (``n_estimators``, ``max_bin``...) override ``XGBCostModel``'s defaults.
+    """
     if name.startswith("xgb:"):
-        model = XGBCostModel(objective=name[4:], seed=seed).fit(X, latency_s, groups)
+        model = XGBCostModel(objective=name[4:], seed=seed, **(xgb_params or {})).fit(X, latency_s, groups)
         return model.score
     if name == "random":
         rng = np.random.default_rng(seed)
@@ -116,8 +120,11 @@ def splits(groups: np.ndarray):
     return list(cv.split(np.zeros(len(groups)), groups=groups))
 
 
-def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0) -> dict[str, dict]:
+def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
+             xgb_params: dict | None = None) -> dict[str, dict]:
     """Held-out-workload metrics of each model on ``data``: {model: {top1, top5, pairwise, spearman, workloads}}.
+
+    ``xgb_params`` override the XGBoost models' defaults (see :func:`fit_scorer`).
 
     Raises
     ------
@@ -129,7 +136,7 @@ def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0) -> 
     for name in models:
         score = np.zeros(len(data))
         for train, test in folds:
-            scorer = fit_scorer(name, data.X[train], data.latency_s[train], data.groups[train], seed)
+            scorer = fit_scorer(name, data.X[train], data.latency_s[train], data.groups[train], seed, xgb_params)
             score[test] = scorer(data.X[test])
         results[name] = ranking_metrics(data.latency_s, score, data.groups)
     return results

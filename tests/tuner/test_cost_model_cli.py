@@ -97,6 +97,15 @@ def test_eval_compares_models_on_held_out_workloads(tuned):
         assert 0 <= m["pairwise"] <= 1 and -1 <= m["spearman"] <= 1
 
 
+def test_eval_takes_the_booster_size(tuned):
+    work, url = tuned
+    small = invoke("model", "eval", "--db", url, "--target", TARGET, "--models", "xgb:reg:latency",
+                   "--trees", "2", "--max-bin", "2")["models"]["xgb:reg:latency"]
+    default = invoke("model", "eval", "--db", url, "--target", TARGET, "--models", "xgb:reg:latency",
+                     )["models"]["xgb:reg:latency"]
+    assert 0 < small["top1"] <= 1 and small != default, "two trees over two bins rank differently"
+
+
 def test_train_list_and_warm_start(tuned):
     work, url = tuned
     out = invoke("model", "train", "--db", url, "--target", TARGET)
@@ -161,6 +170,7 @@ def test_bad_input_is_one_line(tuned, tmp_path):
     for args, needle in ((("model", "train", "--objective", "reg:magic"), "unknown objective"),
                          (("simulate", "--strategies", "psychic"), "unknown strategy"),
                          (("simulate", "--explore", "2"), "--explore"),
-                         (("model", "eval", "--models", "oracle"), "unknown model")):
+                         (("model", "eval", "--models", "oracle"), "unknown model"),
+                         (("model", "eval", "--trees", "0"), "--trees must be at least 2")):
         with pytest.raises(ValueError, match=needle):
             invoke(*args, "--db", url, "--target", TARGET)

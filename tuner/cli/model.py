@@ -127,6 +127,8 @@ def eval_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
     models: Annotated[str | None, typer.Option(help="Comma-separated models to compare (default: all): xgb:<objective>, random-forest, linear, random.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the models and the random ranking.")] = 0,
+    trees: Annotated[int | None, typer.Option(help="Trees of the XGBoost models (default: the cost model's).")] = None,
+    max_bin: Annotated[int | None, typer.Option(help="Histogram bins per feature of the XGBoost models (default: the cost model's).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman."""
@@ -137,13 +139,17 @@ def eval_command(
     unknown = [m for m in chosen if m not in MODELS]
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
+    for option, value in (("--trees", trees), ("--max-bin", max_bin)):
+        if value is not None and value < 2:
+            raise ValueError(f"{option} must be at least 2, got {value}")
+    xgb_params = {k: v for k, v in (("n_estimators", trees), ("max_bin", max_bin)) if v is not None}
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         data = load_dataset(database, record.target_hash, tvm_target)
     if data.n_workloads < 2:
         raise ValueError(f"evaluation holds out whole workloads and needs measurements of at least 2, "
                          f"this target has {data.n_workloads}")
-    results = evaluate(data, chosen, seed=seed)
+    results = evaluate(data, chosen, seed=seed, xgb_params=xgb_params)
     lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads "
              f"({data.skipped} skipped); held-out workloads:",
              f"{'model':<20} {'top-1':>7} {'top-5':>7} {'pairwise':>9} {'spearman':>9}"]
