@@ -107,14 +107,15 @@ def apply_trace(func: PrimFunc, trace_json: str) -> tvm.IRModule:
     return sch.mod
 
 
-def mutate_trace(func: PrimFunc, trace_json: str, mutator, postprocs, seed: int) -> Trace | None:
+def mutate_trace(func: PrimFunc, trace_json: str, mutator, postprocs, seed: int) -> Schedule | None:
     """One MetaSchedule mutation of a stored trace, postprocessed as evolutionary search does.
 
     ``mutator`` (a ``ms.Mutator`` initialised by a tune context) rewrites one
     sampling decision of the trace with random state ``seed`` (a positive int);
     the mutated trace is replayed without its postprocessing instructions, then
-    ``postprocs`` are applied. Returns the new schedule's trace (postprocessing
-    included), or None when the mutator or a postprocessor refuses.
+    ``postprocs`` are applied. Returns the new schedule (its ``trace`` includes
+    the postprocessing), or None when the mutator, the replay or a postprocessor
+    refuses.
     """
     sch = Schedule(tvm.IRModule({"main": func}))
     Trace.apply_json_to_schedule(json.loads(trace_json), sch)
@@ -122,10 +123,11 @@ def mutate_trace(func: PrimFunc, trace_json: str, mutator, postprocs, seed: int)
     if new is None:
         return None
     out = Schedule(tvm.IRModule({"main": func}))
-    new.apply_to_schedule(out, remove_postproc=True)
-    if not all(p.apply(out) for p in postprocs):
+    try:
+        new.apply_to_schedule(out, remove_postproc=True)
+        return out if all(p.apply(out) for p in postprocs) else None
+    except (RuntimeError, ValueError):  # ScheduleError and TVM errors: a mutated decision the primitives refuse
         return None
-    return out.trace
 
 
 def lower_and_finalize_passes(target: tvm.target.Target) -> list:

@@ -156,14 +156,14 @@ class ScheduleSpace:
         for _ in range(4 * n):
             parent = parents[int(self._rng.integers(len(parents)))]
             mutator = mutators[int(self._rng.choice(len(mutators), p=probs))][0]
-            trace = mutate_trace(func, parent.record.trace_json, mutator, generator.postprocs,
-                                 int(self._rng.integers(1, 2**31 - 1)))
-            if trace is None:
+            sch = mutate_trace(func, parent.record.trace_json, mutator, generator.postprocs,
+                               int(self._rng.integers(1, 2**31 - 1)))
+            if sch is None:
                 continue
-            record = CandidateRecord(self.workload_hash, trace_to_json(trace))
+            record = CandidateRecord(self.workload_hash, trace_to_json(sch.trace))
             if record.candidate_hash not in seen:
                 seen.add(record.candidate_hash)
-                out.append(self.replay(record))
+                out.append(ScheduleCandidate(record, sch.mod))
                 if len(out) == n:
                     break
         return out
