@@ -103,7 +103,8 @@ class ScheduleSpace:
             self.context = self._context("post-order-apply")
             self.space_error = f"{first} (without epilogue fusion: {_first_line(err)})"
             return []
-        self.space_note = f"multi-level tiling without epilogue fusion ({first})"
+        self.space_note = ("schedules tiled without epilogue fusion (expected for an epilogue that reads two "
+                           "producers: TVM's default rules cannot fuse it)")
         return spaces
 
     def default(self) -> ScheduleCandidate:
