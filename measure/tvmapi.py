@@ -107,19 +107,24 @@ def apply_trace(func: PrimFunc, trace_json: str) -> tvm.IRModule:
     return sch.mod
 
 
-def mutate_trace(func: PrimFunc, trace_json: str, mutator, postprocs, seed: int) -> Schedule | None:
-    """One MetaSchedule mutation of a stored trace, postprocessed as evolutionary search does.
+def load_trace(func: PrimFunc, trace_json: str) -> Trace:
+    """The ``Trace`` object of a stored trace (replayed on ``func``)."""
+    sch = Schedule(tvm.IRModule({"main": func}))
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    return sch.trace
+
+
+def mutate_trace(func: PrimFunc, trace: Trace, mutator, postprocs, seed: int) -> Schedule | None:
+    """One MetaSchedule mutation of a trace of ``func``, postprocessed as evolutionary search does.
 
     ``mutator`` (a ``ms.Mutator`` initialised by a tune context) rewrites one
-    sampling decision of the trace with random state ``seed`` (a positive int);
+    sampling decision of ``trace`` with random state ``seed`` (a positive int);
     the mutated trace is replayed without its postprocessing instructions, then
     ``postprocs`` are applied. Returns the new schedule (its ``trace`` includes
     the postprocessing), or None when the mutator, the replay or a postprocessor
     refuses.
     """
-    sch = Schedule(tvm.IRModule({"main": func}))
-    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
-    new = ms._ffi_api.MutatorApply(mutator, sch.trace, seed)
+    new = ms._ffi_api.MutatorApply(mutator, trace, seed)
     if new is None:
         return None
     out = Schedule(tvm.IRModule({"main": func}))

@@ -30,6 +30,7 @@ from measure.tvmapi import (
     PrimFunc,
     Schedule,
     apply_trace,
+    load_trace,
     ms,
     mutate_trace,
     register_tensor_intrinsics,
@@ -152,13 +153,13 @@ class ScheduleSpace:
         probs = np.array([float(p) for _, p in mutators])
         probs /= probs.sum()
         func = self.mod["main"]
+        traces = [load_trace(func, p.record.trace_json) for p in parents]
         seen = {p.record.candidate_hash for p in parents}
         out: list[ScheduleCandidate] = []
         for _ in range(4 * n):
-            parent = parents[int(self._rng.integers(len(parents)))]
+            trace = traces[int(self._rng.integers(len(parents)))]
             mutator = mutators[int(self._rng.choice(len(mutators), p=probs))][0]
-            sch = mutate_trace(func, parent.record.trace_json, mutator, generator.postprocs,
-                               int(self._rng.integers(1, 2**31 - 1)))
+            sch = mutate_trace(func, trace, mutator, generator.postprocs, int(self._rng.integers(1, 2**31 - 1)))
             if sch is None:
                 continue
             record = CandidateRecord(self.workload_hash, trace_to_json(sch.trace))
