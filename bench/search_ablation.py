@@ -30,14 +30,20 @@ from tuner.search import SearchConfig
 
 from . import tuning
 
+BATCH_SIZE = 8
 
-def run(m: int, n: int, k: int, trials: int, seeds: list[int], batch_size: int = 8) -> dict[int, list[list[float]]]:
-    """Best latency (seconds) after each batch, per setting (``parents``) and seed."""
+
+def budgets(trials: int) -> list[int]:
+    """The trial counts after each batch."""
+    return list(range(BATCH_SIZE, trials + 1, BATCH_SIZE))
+
+
+def run(m: int, n: int, k: int, trials: int, seeds: list[int]) -> dict[int, list[list[float]]]:
+    """Best latency (seconds) after each batch (see :func:`budgets`), per setting (``parents``) and seed."""
     kernel = tuning.matmul_kernel(tuning.MatmulShape("ablation", m, n, k))
-    budgets = list(range(batch_size, trials + 1, batch_size))
     curves: dict[int, list[list[float]]] = {}
     settings = (0, SearchConfig().parents)
-    with tuning.OurTuner(tuning.bench_target(), MeasureConfig(repeat=5, min_repeat_ms=20), batch_size) as tuner:
+    with tuning.OurTuner(tuning.bench_target(), MeasureConfig(repeat=5, min_repeat_ms=20), BATCH_SIZE) as tuner:
         for seed in seeds:
             for parents in settings:  # the two settings take turns, so machine load touches both alike
                 with tempfile.TemporaryDirectory() as tmp:
@@ -45,10 +51,10 @@ def run(m: int, n: int, k: int, trials: int, seeds: list[int], batch_size: int =
                     tuner.search = dataclasses.replace(tuner.search, parents=parents)
                     trials_done = tuner.tune(kernel, trials, tuner.trainer(False), seed=seed)
                     tuner.close_db()
-                best = [tuning.best_so_far(trials_done, b) for b in budgets]
+                best = [tuning.best_so_far(trials_done, b) for b in budgets(trials)]
                 curves.setdefault(parents, []).append([t.median_s if t else float("nan") for t in best])
                 print(f"parents={parents} seed={seed}: best us after " + ", ".join(
-                    f"{b}: {s * 1e6:.1f}" for b, s in zip(budgets, curves[parents][-1])), flush=True)
+                    f"{b}: {s * 1e6:.1f}" for b, s in zip(budgets(trials), curves[parents][-1])), flush=True)
     return curves
 
 
@@ -63,9 +69,8 @@ def main() -> None:
     args = parser.parse_args()
     curves = run(args.m, args.n, args.k, args.trials, args.seeds)
     sampling, evolutionary = (curves[p] for p in sorted(curves))
-    budgets = range(8, args.trials + 1, 8)
     print(f"matmul {args.m}x{args.n}x{args.k}, {len(args.seeds)} seeds, median best latency (us):")
-    for i, b in enumerate(budgets):
+    for i, b in enumerate(budgets(args.trials)):
         s = statistics.median(c[i] for c in sampling)
         e = statistics.median(c[i] for c in evolutionary)
         print(f"  {b:4d} trials: sampling only {s * 1e6:9.1f}  evolutionary {e * 1e6:9.1f}  ratio {s / e:.3f}")

@@ -194,8 +194,8 @@ def tune_kernel(
 def _fastest(seen: dict[str, ScheduleCandidate], measured: dict[str, MeasureRecord], n: int
              ) -> list[ScheduleCandidate]:
     """The ``n`` schedules of ``seen`` with the least successful measured latency."""
-    ok = [(measured[h].median_s, h) for h in seen
-          if h in measured and measured[h].status == "ok" and valid_rows(np.array([measured[h].median_s]))[0]]
+    ok = [(measured[h].median_s, h) for h in seen if h in measured and measured[h].status == "ok"
+          and math.isfinite(measured[h].median_s) and measured[h].median_s > 0]
     return [seen[h] for _, h in sorted(ok)[:n]]
 
 

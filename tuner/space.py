@@ -25,6 +25,7 @@ import numpy as np
 import tvm
 
 from database import DEFAULT_TRACE_JSON, CandidateRecord
+from extract.frontend import first_line
 from measure.tvmapi import (
     ArgInfo,
     PrimFunc,
@@ -89,7 +90,7 @@ class ScheduleSpace:
         try:
             return list(self.context.generate_design_space())
         except Exception as err:  # TVM raises ScheduleError and others from its rules
-            first = _first_line(err)
+            first = first_line(err)
         kind = self.target.kind.name
         if kind != "llvm":  # the fallback below is the CPU tiling structure
             self.space_error = first
@@ -102,7 +103,7 @@ class ScheduleSpace:
             spaces = list(self.context.generate_design_space())
         except Exception as err:
             self.context = self._context("post-order-apply")
-            self.space_error = f"{first} (without epilogue fusion: {_first_line(err)})"
+            self.space_error = f"{first} (without epilogue fusion: {first_line(err)})"
             return []
         self.space_note = ("schedules tiled without epilogue fusion (expected for an epilogue that reads two "
                            "producers: TVM's default rules cannot fuse it)")
@@ -181,10 +182,6 @@ class ScheduleSpace:
         measure = [ms.MeasureCandidate(Schedule(c.mod), self.args_info) for c in candidates]
         extractor = ms.feature_extractor.PerStoreFeature()
         return [f.numpy() for f in extractor.extract_from(self.context, measure)]
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _unfused_tiling():
