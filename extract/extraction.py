@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import tvm
 from egglog import EGraph
-from egglog.declarations import CallDecl, ClassMethodRef, ValueDecl
+from egglog.declarations import CallDecl, ValueDecl
 
-from .lang import REWRITE_NODES, Tensor, node_args, node_name, subterms
+from .lang import REWRITE_NODES, Tensor, decl_name, node_args, node_name, subterms
 from .lowering import LoweringError, lower
 from .rules import FAMILIES
 from .saturate import ProgramEGraph, recursion_room
@@ -297,7 +297,7 @@ class LatencyCostModel:
         return cost
 
     def _price(self, decl: CallDecl) -> float:
-        name = _decl_name(decl)
+        name = decl_name(decl)
         if name in _FREE:
             return 0.0
         args = decl.args
@@ -339,14 +339,6 @@ class LatencyCostModel:
             elif isinstance(arg.expr, CallDecl) and arg.tp.ident.name == "Vec":
                 values.extend(a.expr.value for a in arg.expr.args if isinstance(a.expr, ValueDecl))
         return values
-
-
-def _decl_name(decl: CallDecl) -> str:
-    """The constructor name of an e-node declaration, as :func:`extract.lang.node_name`."""
-    ref = decl.callable
-    if isinstance(ref, ClassMethodRef):
-        return f"{ref.ident.name}.{ref.method_name}"
-    return ref.ident.name if getattr(ref, "ident", None) else ""
 
 
 def candidate_from_term(

@@ -64,6 +64,7 @@ __all__ = [
     "dense",
     "dense_add",
     "dense_bias",
+    "decl_name",
     "dtype",
     "get_item",
     "ints",
@@ -246,8 +247,11 @@ def node_name(term: object) -> str | None:
     Returns None for literals and e-class references.  ``Vec`` containers are ``"Vec"``.
     """
     decl = term.__egg_typed_expr__.expr  # type: ignore[attr-defined]
-    if not isinstance(decl, CallDecl):
-        return None
+    return decl_name(decl) if isinstance(decl, CallDecl) else None
+
+
+def decl_name(decl: CallDecl) -> str | None:
+    """The constructor name of an egglog call declaration, as :func:`node_name` gives it."""
     ref = decl.callable
     if isinstance(ref, FunctionRef):
         return ref.ident.name

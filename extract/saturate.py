@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import tvm
-from egglog import EGraph, i64, run, set_
+from egglog import EGraph, run
 
-from .lang import NODE_NAMES, Tensor, program_root
+from .lang import NODE_NAMES, Tensor
+from .registration import register
 from .rules import ANALYSIS, FAMILIES, RULESETS
 from .translate import Translation, translate
 
@@ -144,15 +145,18 @@ class ProgramEGraph:
 
     @classmethod
     def from_module(cls, mod: tvm.IRModule) -> ProgramEGraph:
-        """Translate ``mod["main"]`` into an e-graph (see :func:`~extract.translate.translate`)."""
+        """Translate ``mod["main"]`` into an e-graph (see :func:`~extract.translate.translate`).
+
+        Raises
+        ------
+        extract.translate.UnsupportedProgram
+            ``main`` uses constructs outside dataflow graphs.
+        extract.registration.RegistrationError
+            egglog did not build the program's e-graph (see :mod:`extract.registration`).
+        """
         translation = translate(mod)
-        egraph = EGraph()
         with recursion_room(len(translation.facts)):
-            egraph.register(
-                translation.root,
-                *translation.facts,
-                set_(program_root(translation.root)).to(i64(1)),
-            )
+            egraph = register(translation)
         return cls(translation, egraph)
 
     @property

@@ -87,6 +87,9 @@ class Translation:
         Opaque calls by key.
     facts : list
         egglog actions that set ``shape``, ``dtype`` and ``order`` of translated values.
+    fact_values : list of (Tensor, str, object)
+        The same facts as Python values, ``(term, "shape" | "dtype" | "order", value)``
+        (a tuple of ints, a dtype string, an int), to check the e-graph against.
     """
 
     mod: tvm.IRModule = field(repr=False)
@@ -95,6 +98,7 @@ class Translation:
     consts: dict[str, Any] = field(default_factory=dict, repr=False)
     opaques: dict[str, OpaqueSpec] = field(default_factory=dict, repr=False)
     facts: list[ActionLike] = field(default_factory=list, repr=False)
+    fact_values: list[tuple[Tensor, str, Any]] = field(default_factory=list, repr=False)
 
     @property
     def function(self) -> relax.Function:
@@ -164,6 +168,7 @@ class _Translator:
         self.consts: dict[str, Any] = {}
         self.opaques: dict[str, OpaqueSpec] = {}
         self.facts: list[ActionLike] = []
+        self.fact_values: list[tuple[Tensor, str, Any]] = []
         self.content: dict[tuple[int, str], Any] = {}
 
     def run(self) -> Translation:
@@ -178,7 +183,7 @@ class _Translator:
             self.env[param] = term
             self._type_facts(term, param.ty)
             if index >= num_input:
-                self.facts.append(set_(lang.order(term)).to(i64(index)))
+                self._order_fact(term, index)
         body = func.body
         if not isinstance(body, relax.SeqExpr):
             root = self.term(body)
@@ -194,6 +199,7 @@ class _Translator:
             consts=self.consts,
             opaques=self.opaques,
             facts=self.facts,
+            fact_values=self.fact_values,
         )
 
     # -- bindings and expressions ------------------------------------------------------
@@ -236,9 +242,7 @@ class _Translator:
             ty = getattr(expr, "ty", None)
             self._type_facts(term, ty)
             if static_shape(ty) is not None:
-                self.facts.append(
-                    set_(lang.order(term)).to(i64(_CONST_ORDER_BASE + len(self.consts)))
-                )
+                self._order_fact(term, _CONST_ORDER_BASE + len(self.consts))
         return term
 
     def call(self, call: Any, ty: Any) -> Tensor:
@@ -273,9 +277,15 @@ class _Translator:
         dims = static_shape(ty)
         if dims is not None:
             self.facts.append(set_(lang.shape(term)).to(shape_vec(dims)))
+            self.fact_values.append((term, "shape", dims))
         dt = tensor_dtype(ty)
         if dt is not None:
             self.facts.append(set_(lang.dtype(term)).to(String(dt)))
+            self.fact_values.append((term, "dtype", dt))
+
+    def _order_fact(self, term: Tensor, order: int) -> None:
+        self.facts.append(set_(lang.order(term)).to(i64(order)))
+        self.fact_values.append((term, "order", order))
 
     def _key(self, table: dict[str, Any], content: list, value: Any) -> str:
         """A stable key for ``content``; structurally equal content gets the same key."""
