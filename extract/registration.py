@@ -93,14 +93,23 @@ _WAYS = (("as one term", _whole), ("subterm by subterm", _children_first))
 
 
 class _Program:
-    """The program as structural ids: one id per distinct subterm, and its facts."""
+    """The program as structural ids: one id per distinct subterm, and its facts.
+
+    The subterms are those of the root and of every value a fact is about (a binding the
+    output does not use still has its shape and dtype set, so it is in the e-graph).
+    """
 
     def __init__(self, tr: Translation) -> None:
         self.ids: dict[tuple, int] = {}
         by_term: dict[Any, int] = {}
-        for term in subterms(tr.root):
-            key = (node_name(term), tuple(_term_arg(a, by_term) for a in node_args(term)))
-            by_term[term.__egg_typed_expr__] = self.ids.setdefault(key, len(self.ids))
+        for top in (tr.root, *(t for t, _, _ in tr.fact_values)):
+            if top.__egg_typed_expr__ in by_term:
+                continue
+            for term in subterms(top):
+                if term.__egg_typed_expr__ in by_term:
+                    continue
+                key = (node_name(term), tuple(_term_arg(a, by_term) for a in node_args(term)))
+                by_term[term.__egg_typed_expr__] = self.ids.setdefault(key, len(self.ids))
         self.facts = {(kind, by_term[t.__egg_typed_expr__]): v for t, kind, v in tr.fact_values}
         self.facts[("program_root", by_term[tr.root.__egg_typed_expr__])] = 1
 
