@@ -59,14 +59,17 @@ class Progress:
             soft_wrap=True,
         )
 
-    def kernel_done(self, workload: str, stop_reason: str, space_error: str | None, unspent: int) -> None:
+    def kernel_done(self, workload: str, stop_reason: str, space_error: str | None, measured_now: int,
+                    unspent: int) -> None:
         """A workload's search ended; ``unspent`` trials of its budget were not measured in this run.
 
         Counts the unspent trials as done, so the counter reaches its total, and says
-        why a search ended early (its schedule space ran dry, or had no schedule at all).
+        why a search ended early (its schedule space ran dry, or had no schedule at
+        all).  A resumed run that found nothing new to measure for a workload says
+        nothing: the run that measured it said why it stopped.
         """
         self._done += max(unspent, 0)
-        if self.quiet or stop_reason != "space_exhausted":
+        if self.quiet or stop_reason != "space_exhausted" or (measured_now == 0 and not space_error):
             return
         why = f"no schedule space: {space_error}" if space_error else "every distinct schedule sampled was measured"
         self.console.print(f"        {workload[:48]:<48} stopped early: {why}", soft_wrap=True)

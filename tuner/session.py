@@ -90,6 +90,9 @@ class RunOptions:
             raise TuneError(f"--candidates must be at least 1, got {self.max_candidates}")
         if self.measure_top < 1:
             raise TuneError(f"--measure-top must be at least 1, got {self.measure_top}")
+        for flag, value in (("--seq-len", self.seq_len), ("--kv-len", self.kv_len), ("--layers", self.layers)):
+            if value < 1:
+                raise TuneError(f"{flag} must be at least 1, got {value}")
 
 
 @dataclass
@@ -297,8 +300,9 @@ class TuneRun:
                     outcome = self._tune_workload(db, kernel, spaces[h], target_rec, trainer, measurer)
                     new_trials[h] = outcome.measured_now
                     if spaces[h].space_note:
-                        self.progress.note(f"{kernel.name}: {spaces[h].space_note}")
-                    self.progress.kernel_done(kernel.name, outcome.stop_reason, spaces[h].space_error,
+                        self.progress.note(f"{_label(kernel)}: {spaces[h].space_note}")
+                    self.progress.kernel_done(_label(kernel), outcome.stop_reason, spaces[h].space_error,
+                                              outcome.measured_now,
                                               o.trials - outcome.measured_now)
             finally:
                 builder.close()
@@ -353,7 +357,7 @@ class TuneRun:
         def on_batch(k: Kernel, results) -> None:
             best = db.best(wh, target_rec.target_hash)
             gflops = k.workload.flops / best[1] / 1e9 if best and k.workload.flops else None
-            self.progress.batch(k.name, len(db.measured_candidates(wh, target_rec.target_hash)), self.opts.trials,
+            self.progress.batch(_label(k), len(db.measured_candidates(wh, target_rec.target_hash)), self.opts.trials,
                                 gflops, best[1] if best else None, len(results))
 
         outcome = tune_kernel(kernel, space, measured, history, trainer, measurer.measure, self.search_config,
@@ -478,3 +482,9 @@ class _Existing:
 
     def __exit__(self, *exc) -> None:
         return None
+
+
+def _label(kernel: Kernel) -> str:
+    """A kernel as progress lines name it: its workload hash's first 8 digits, then its
+    name (different workloads can share a name such as ``dense``)."""
+    return f"{kernel.workload.workload_hash[:8]} {kernel.name}"

@@ -31,12 +31,13 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         (["no-such-model"], ["no-such-model", "qwen3-0.6b"]),
         (["missing.onnx"], ["missing.onnx"]),
         (["qwen3-tiny", "--trials", "-1"], ["--trials"]),
+        (["qwen3-tiny", "--seq-len", "0"], ["--seq-len", "got 0"]),
         (["qwen3-tiny", "--stage", "train"], ["train"]),
         (["qwen3-tiny", "--tracker", "127.0.0.1:notaport"], ["127.0.0.1:notaport"]),
         (["qwen3-tiny", "--tracker", "127.0.0.1:1"], ["127.0.0.1:1"]),
         (["qwen3-tiny", "--target", '{"kind": "no-such-kind"}'], ["no-such-kind"]),
     ],
-    ids=["unknown-model", "missing-onnx", "negative-trials", "bad-stage", "malformed-tracker",
+    ids=["unknown-model", "missing-onnx", "negative-trials", "zero-seq-len", "bad-stage", "malformed-tracker",
          "unreachable-tracker", "bad-target"],
 )
 def test_bad_input_is_one_line(tmp_path, args, needles):

@@ -133,3 +133,19 @@ def test_mutants_are_new_replayable_schedules_that_compute_the_same(kernels):
     for cand in mutants[:2]:
         assert space.replay(cand.record).mod.script() == cand.mod.script()
         np.testing.assert_allclose(_run_on_cpu(cand.mod, target), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_progress_says_why_a_search_stopped_early_only_when_it_measured_something(capsys):
+    from tuner.progress import Progress
+
+    progress = Progress()
+    progress.start_tuning(16)
+    progress.kernel_done("3f2a1c9d dense", "space_exhausted", None, 5, 3)
+    first = capsys.readouterr().err
+    progress.kernel_done("3f2a1c9d dense", "space_exhausted", None, 0, 8)  # a resumed run
+    resumed = capsys.readouterr().err
+    progress.kernel_done("77aa0b12 dense", "space_exhausted", "no rule applies", 0, 8)
+    no_space = capsys.readouterr().err
+    assert "3f2a1c9d dense" in first and "every distinct schedule sampled was measured" in first
+    assert resumed == ""
+    assert "no schedule space: no rule applies" in no_space
