@@ -44,11 +44,13 @@ def one_way(send):
     return (("test", send),)
 
 
-def test_an_extra_enode_is_caught(translation, monkeypatch):
-    def extra(egraph, tr):
-        registration._whole(egraph, tr)
-        egraph.register(lang.sigmoid(tr.root))
+def extra(egraph, tr):
+    """The program, and one e-node more."""
+    registration._whole(egraph, tr)
+    egraph.register(lang.sigmoid(tr.root))
 
+
+def test_an_extra_enode_is_caught(translation, monkeypatch):
     monkeypatch.setattr(registration, "_WAYS", one_way(extra))
     with pytest.raises(RegistrationError, match="e-classes for"):
         register(translation)
@@ -89,10 +91,6 @@ def test_a_clash_egglog_stops_on_is_caught(translation, monkeypatch):
 
 
 def test_the_next_way_is_tried_when_one_goes_wrong(translation, monkeypatch):
-    def extra(egraph, tr):
-        registration._whole(egraph, tr)
-        egraph.register(lang.sigmoid(tr.root))
-
     monkeypatch.setattr(
         registration, "_WAYS", (("bad", extra), ("children first", registration._children_first))
     )
@@ -101,10 +99,6 @@ def test_the_next_way_is_tried_when_one_goes_wrong(translation, monkeypatch):
 
 
 def test_the_error_is_one_line_naming_each_way(translation, monkeypatch):
-    def extra(egraph, tr):
-        registration._whole(egraph, tr)
-        egraph.register(lang.sigmoid(tr.root))
-
     monkeypatch.setattr(registration, "_WAYS", (("one", extra), ("two", extra)))
     with pytest.raises(RegistrationError) as info:
         register(translation)
