@@ -288,7 +288,7 @@ def test_identical_layers_are_priced_once():
         state.egraph.extract(state.root, cost_model=model)
         counts_by_layers[layers] = (model.calls, len(asked), state.enodes())
     (one, asked_one, nodes_one), (two, asked_two, nodes_two) = counts_by_layers.values()
-    assert nodes_two > 1.5 * nodes_one  # about twice the e-graph (382 / 213 in one run, so not 1.8)...
+    assert nodes_two > 1.5 * nodes_one  # about twice the e-graph (372 / 203)...
     assert two == asked_two and one == asked_one
     assert two <= one + 4  # ...priced about once (the second layer's cache shapes differ a bit)
 
