@@ -73,6 +73,9 @@ def register(translation: Translation) -> EGraph:
             if problems:
                 _LOG.info("e-graph registered %s after: %s", name, "; ".join(problems))
             return egraph
+        # Free the wrong e-graph here, on this thread: an egglog e-graph may only be
+        # dropped on the thread that made it, and a traceback would keep it alive.
+        del egraph
         problems.append(f"{name}: {problem}")
     raise RegistrationError(
         "egglog built a different e-graph than the program each way it was sent ("
