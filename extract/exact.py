@@ -36,6 +36,7 @@ from .extraction import (
     _room,
     candidate_from_term,
 )
+from .lang import e_class_facts
 from .saturate import ProgramEGraph
 
 __all__ = ["ExactResult", "ExtractionError", "extract_exact"]
@@ -172,8 +173,7 @@ def extract_exact(
 
 def _root_class(state: ProgramEGraph) -> object:
     """The e-class of the program's output (marked by :func:`extract.lang.program_root`)."""
-    for call in state.egraph.freeze().decl.sets:
-        fn = call.callable
-        if getattr(fn, "ident", None) is not None and fn.ident.name == "program_root":
-            return call.args[0].expr.value
+    for name, value in e_class_facts(state.egraph.freeze().decl):
+        if name == "program_root":
+            return value
     raise ExtractionError("the e-graph has no program root")

@@ -31,7 +31,15 @@ import tvm
 from egglog import EGraph
 from egglog.declarations import CallDecl, ValueDecl
 
-from .lang import REWRITE_NODES, Tensor, decl_name, node_args, node_name, subterms
+from .lang import (
+    REWRITE_NODES,
+    Tensor,
+    decl_name,
+    e_class_facts,
+    node_args,
+    node_name,
+    subterms,
+)
 from .lowering import LoweringError, lower
 from .rules import FAMILIES
 from .saturate import ProgramEGraph, recursion_room
@@ -242,19 +250,9 @@ class LatencyCostModel:
         for value, (_tp, calls) in frozen.e_classes.items():
             for call in calls:
                 self._class_of[call] = value
-        self._shape: dict[Any, Shape] = {}
-        self._dtype: dict[Any, str] = {}
-        for call, result in frozen.sets.items():
-            fn = call.callable
-            if not getattr(fn, "ident", None) or not call.args:
-                continue
-            arg = call.args[0].expr
-            if not isinstance(arg, ValueDecl):
-                continue
-            if fn.ident.name == "shape":
-                self._shape[arg.value] = tuple(int(a.expr.value) for a in result.expr.args)
-            elif fn.ident.name == "dtype":
-                self._dtype[arg.value] = str(result.expr.value)
+        facts = e_class_facts(frozen)
+        self._shape: dict[Any, Shape] = {v: f for (name, v), f in facts.items() if name == "shape"}
+        self._dtype: dict[Any, str] = {v: str(f) for (name, v), f in facts.items() if name == "dtype"}
         self._own: dict[CallDecl, float] = {}
         self._memo: dict[tuple, tuple[_DagCost, list[_DagCost]]] = {}
         self._nodes = [

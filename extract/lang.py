@@ -52,7 +52,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from egglog import Expr, String, StringLike, Vec, function, i64, i64Like
-from egglog.declarations import CallDecl, ClassMethodRef, FunctionRef, InitRef
+from egglog.declarations import (
+    CallDecl,
+    ClassMethodRef,
+    FunctionRef,
+    InitRef,
+    ValueDecl,
+)
 from egglog.deconstruct import get_callable_args, get_literal_value
 
 __all__ = [
@@ -65,6 +71,7 @@ __all__ = [
     "dense_add",
     "dense_bias",
     "decl_name",
+    "e_class_facts",
     "dtype",
     "get_item",
     "ints",
@@ -290,3 +297,21 @@ def subterms(root: Tensor) -> Iterator[Tensor]:
         stack.append((term, True))
         if node_name(term) is not None:
             stack.extend((child, False) for child in reversed(node_args(term)))
+
+
+def e_class_facts(frozen: object) -> dict[tuple[str, object], object]:
+    """The facts set on e-classes in a frozen e-graph (``egraph.freeze().decl``).
+
+    Returns ``{(function name, e-class value): value}`` for one-argument functions such
+    as :func:`shape` (a tuple of ints), :func:`dtype` (a string), :func:`order` and
+    :func:`program_root` (ints).
+    """
+    facts: dict[tuple[str, object], object] = {}
+    for call, result in frozen.sets.items():  # type: ignore[attr-defined]
+        ident = getattr(call.callable, "ident", None)
+        if ident is None or len(call.args) != 1 or not isinstance(call.args[0].expr, ValueDecl):
+            continue
+        expr = result.expr
+        value = tuple(int(a.expr.value) for a in expr.args) if isinstance(expr, CallDecl) else expr.value
+        facts[(ident.name, call.args[0].expr.value)] = value
+    return facts

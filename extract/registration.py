@@ -28,7 +28,7 @@ from egglog.bindings import EggSmolError
 from egglog.declarations import CallDecl, LitDecl, ValueDecl
 from egglog.deconstruct import get_literal_value
 
-from .lang import decl_name, node_args, node_name, program_root, subterms
+from .lang import decl_name, e_class_facts, node_args, node_name, program_root, subterms
 from .translate import Translation
 
 __all__ = ["RegistrationError", "register"]
@@ -85,12 +85,17 @@ def register(translation: Translation) -> EGraph:
 
 
 def _whole(egraph: EGraph, tr: Translation) -> None:
-    egraph.register(tr.root, *tr.facts, set_(program_root(tr.root)).to(i64(1)))
+    egraph.register(tr.root, *_facts(tr))
 
 
 def _children_first(egraph: EGraph, tr: Translation) -> None:
     egraph.register(*subterms(tr.root))
-    egraph.register(*tr.facts, set_(program_root(tr.root)).to(i64(1)))
+    egraph.register(*_facts(tr))
+
+
+def _facts(tr: Translation) -> list:
+    """The translation's facts and the mark on the program's root."""
+    return [*tr.facts, set_(program_root(tr.root)).to(i64(1))]
 
 
 _WAYS = (("as one term", _whole), ("subterm by subterm", _children_first))
@@ -164,13 +169,11 @@ def _check(egraph: EGraph, program: _Program) -> str | None:
             ids[value] = found
     if len(set(ids.values())) != len(ids):
         return "two e-classes hold the same subterm"
-    facts = {}
-    for call, result in frozen.sets.items():
-        kind = getattr(getattr(call.callable, "ident", None), "name", None)
-        if kind in ("shape", "dtype", "order", "program_root") and call.args:
-            arg = call.args[0].expr
-            if isinstance(arg, ValueDecl) and arg.value in ids:
-                facts[(kind, ids[arg.value])] = _fact_value(kind, result.expr)
+    facts = {
+        (kind, ids[value]): fact
+        for (kind, value), fact in e_class_facts(frozen).items()
+        if kind in ("shape", "dtype", "order", "program_root") and value in ids
+    }
     if facts != program.facts:
         wrong = sum(1 for k, v in program.facts.items() if facts.get(k) != v)
         return f"{wrong + len(set(facts) - set(program.facts))} shape, dtype or order facts differ"
@@ -197,8 +200,3 @@ def _decl_arg(arg: Any, ids: dict[Any, int]) -> Any:
         return expr.value
     return repr(expr)
 
-
-def _fact_value(kind: str, expr: Any) -> Any:
-    if kind == "shape":
-        return tuple(int(a.expr.value) for a in expr.args)
-    return expr.value
