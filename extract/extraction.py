@@ -84,6 +84,8 @@ _GEMMS = {
     "dense_bias": 1,
     "merged_dense_bias": 1,
     "rms_norm_dense": 1,
+    "gqa_scores": 1,
+    "gqa_context": 1,
 }
 _MERGED = {"merged_dense": 2, "merged_dense_bias": 3}  # name -> position of ``begin``
 
@@ -134,7 +136,8 @@ class CandidateGraph:
         :data:`extract.rules.FAMILIES` order: ``transpose_fold`` (plain ``dense``),
         ``merge_qkv`` / ``merge_pair`` (parts of merged GEMMs of three / two weights),
         ``silu``, ``epilogue_silu_mul``, ``epilogue_add``, ``epilogue_bias``,
-        ``rms_norm`` (a recognised RMSNorm kept as one op), ``prologue_rms_norm``.  A
+        ``rms_norm`` (a recognised RMSNorm kept as one op), ``prologue_rms_norm``,
+        ``gqa_attention`` (attention products without the repeated K and V).  A
         merged or fused GEMM counts for its own family only, though it also folds the
         transpose.
     mod : tvm.IRModule
@@ -166,15 +169,18 @@ class CandidateGraph:
 STRATEGIES: dict[str, frozenset[str]] = {
     "all": frozenset(REWRITE_NODES.values()),
     "transpose_fold": frozenset({"transpose_fold"}),
-    "merge": frozenset({"transpose_fold", "merge"}),
+    "merge": frozenset({"transpose_fold", "merge", "gqa_attention"}),
     "epilogue": frozenset(
-        {"transpose_fold", "silu", "epilogue_silu_mul", "epilogue_add", "epilogue_bias"}
+        {"transpose_fold", "silu", "epilogue_silu_mul", "epilogue_add", "epilogue_bias",
+         "gqa_attention"}
     ),
-    "prologue": frozenset({"transpose_fold", "rms_norm", "prologue_rms_norm"}),
+    "prologue": frozenset({"transpose_fold", "rms_norm", "prologue_rms_norm", "gqa_attention"}),
     "none": frozenset(),
 }
 """Extraction strategies for :func:`enumerate_candidates`: the rewrite families each
-allows (node families of :data:`extract.lang.REWRITE_NODES`; the others are forbidden)."""
+allows (node families of :data:`extract.lang.REWRITE_NODES`; the others are forbidden).
+Attention without the repeated K and V (``gqa_attention``) only removes work, so every
+strategy that fuses allows it."""
 
 
 class _DagCost:

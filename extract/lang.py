@@ -40,6 +40,16 @@ Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
                                            Sennrich 2019)
 ``rms_norm_dense(x, g, eps, W)``           ``dense(rms_norm(x, g, eps), W)`` in one kernel
                                            (the norm as the GEMM's prologue)
+``repeat_heads(k, n)``                     each head of ``k [B, KV, L, D]`` repeated ``n``
+                                           times in place: ``[B, KV * n, L, D]``, head
+                                           ``h`` is ``k[:, h // n]`` (transformers'
+                                           ``repeat_kv`` for grouped-query attention)
+``gqa_scores(q, k)``                       ``q @ repeat_heads(k, H // KV)^T`` without the
+                                           repeat: ``q [B, H, S, D]``, ``k [B, KV, L, D]``
+                                           -> ``[B, H, S, L]``
+``gqa_context(p, v)``                      ``p @ repeat_heads(v, H // KV)`` without the
+                                           repeat: ``p [B, H, S, L]``, ``v [B, KV, L, D]``
+                                           -> ``[B, H, S, D]``
 =========================================  =============================================
 
 ``merged_dense`` is how a merged GEMM appears: the parts of one merged product share the
@@ -74,6 +84,8 @@ __all__ = [
     "e_class_facts",
     "dtype",
     "get_item",
+    "gqa_context",
+    "gqa_scores",
     "ints",
     "make_tuple",
     "matmul",
@@ -86,6 +98,7 @@ __all__ = [
     "order",
     "permute_dims",
     "program_root",
+    "repeat_heads",
     "reshape",
     "rms_norm",
     "rms_norm_dense",
@@ -202,6 +215,18 @@ def rms_norm_dense(x: Tensor, g: Tensor, eps: Tensor, w: Tensor) -> Tensor: ...
 
 
 @function
+def repeat_heads(k: Tensor, n: i64Like) -> Tensor: ...
+
+
+@function
+def gqa_scores(q: Tensor, k: Tensor) -> Tensor: ...
+
+
+@function
+def gqa_context(p: Tensor, v: Tensor) -> Tensor: ...
+
+
+@function
 def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
     """Static shape of a tensor e-class (absent for symbolic shapes and tuples)."""
 
@@ -238,12 +263,15 @@ REWRITE_NODES: dict[str, str] = {
     "merged_dense_bias": "merge",
     "rms_norm": "rms_norm",
     "rms_norm_dense": "prologue_rms_norm",
+    "gqa_scores": "gqa_attention",
+    "gqa_context": "gqa_attention",
 }
 
 NODE_NAMES: frozenset[str] = frozenset(
     "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "
     "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense dense_bias "
-    "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense".split()
+    "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense repeat_heads gqa_scores "
+    "gqa_context".split()
 )
 """Names of the term-language constructors as egglog prints them (its e-nodes)."""
 

@@ -14,7 +14,10 @@ arguments; the rewritten constructors become kernels:
   ``dense_bias`` over the concatenated weights and biases, split;
 - ``rms_norm``: ``relax.op.nn.rms_norm`` over the last axis; ``rms_norm_dense``: one TE
   PrimFunc, the row statistics then the GEMM with the norm applied to its operand;
-- ``square``, ``mean_last``, ``rsqrt``: the Relax ops they were translated from.
+- ``square``, ``mean_last``, ``rsqrt``: the Relax ops they were translated from;
+- ``repeat_heads(k, n)``: ``relax.op.repeat(k, n, axis=1)`` (the repeated copy);
+  ``gqa_scores`` and ``gqa_context``: one TE PrimFunc each, a batched GEMM that reads
+  head ``h // n`` of the unrepeated K or V.
 
 All TVM calls that build Relax live in this module.
 """
@@ -187,6 +190,12 @@ class _Lowerer:
                 v[3],
                 primfunc_name_hint="rms_norm_dense",
             )
+        if name == "repeat_heads":
+            return bb.emit(relax.op.repeat(v[0], _lit(args[1]), axis=1))
+        if name == "gqa_scores":
+            return bb.emit_te(gqa_scores_te, v[0], v[1], primfunc_name_hint="gqa_scores")
+        if name == "gqa_context":
+            return bb.emit_te(gqa_context_te, v[0], v[1], primfunc_name_hint="gqa_context")
         if name == "dense_add":
             return bb.emit_te(dense_add_te, v[0], v[1], v[2], primfunc_name_hint="dense_add")
         if name == "silu_mul_dense":
@@ -378,3 +387,33 @@ def rms_norm_dense_te(x: te.Tensor, g: te.Tensor, w: te.Tensor, eps: float) -> t
         name="dense",
     )
     return te.compute(y.shape, lambda *i: y[i] * scale[i[:-1]], name="rms_norm_dense")
+
+
+def gqa_scores_te(q: te.Tensor, k: te.Tensor) -> te.Tensor:
+    """TE of ``gqa_scores``: ``q [B, H, S, D]``, ``k [B, KV, L, D]`` -> ``[B, H, S, L]``.
+
+    ``out[b, h, s, l] = sum_d q[b, h, s, d] * k[b, h // n, l, d]`` with ``n = H // KV``:
+    grouped-query attention's scores (Ainslie et al. 2023) read each K head once for
+    its ``n`` query heads instead of a repeated copy.
+    """
+    group = q.shape[1] // k.shape[1]
+    d = te.reduce_axis((0, q.shape[3]), name="d")
+    return te.compute(
+        (q.shape[0], q.shape[1], q.shape[2], k.shape[2]),
+        lambda b, h, s, j: te.sum(q[b, h, s, d] * k[b, h // group, j, d], axis=d),
+        name="gqa_scores",
+    )
+
+
+def gqa_context_te(p: te.Tensor, v: te.Tensor) -> te.Tensor:
+    """TE of ``gqa_context``: ``p [B, H, S, L]``, ``v [B, KV, L, D]`` -> ``[B, H, S, D]``.
+
+    ``out[b, h, s, d] = sum_l p[b, h, s, l] * v[b, h // n, l, d]`` with ``n = H // KV``.
+    """
+    group = p.shape[1] // v.shape[1]
+    j = te.reduce_axis((0, p.shape[3]), name="l")
+    return te.compute(
+        (p.shape[0], p.shape[1], p.shape[2], v.shape[3]),
+        lambda b, h, s, d: te.sum(p[b, h, s, j] * v[b, h // group, j, d], axis=j),
+        name="gqa_context",
+    )

@@ -30,6 +30,11 @@ ruleset                rewrite
                        ``reshape(rms_norm(x, g, eps), s)`` ->
                        ``rms_norm(reshape(x, s), g, eps)`` when ``s`` keeps the last axis
 ``prologue_rms_norm``  ``dense(rms_norm(x, g, eps), W)`` -> ``rms_norm_dense(x, g, eps, W)``
+``gqa_attention``      grouped-query attention without the repeated K and V:
+                       ``q @ permute_dims(repeat_heads(k, n), [0, 1, 3, 2])`` ->
+                       ``gqa_scores(q, k)`` and ``p @ repeat_heads(v, n)`` ->
+                       ``gqa_context(p, v)`` when ``H = KV * n`` and ``B``, ``D`` agree,
+                       also through the frontend's reshapes to ``[B * H, ., .]``
 =====================  ===============================================================
 
 Merges need weights (values with an :func:`~extract.lang.order`) and list them in
@@ -62,6 +67,8 @@ from .lang import (
     dense_add,
     dense_bias,
     dtype,
+    gqa_context,
+    gqa_scores,
     matmul,
     mean_last,
     merged_dense,
@@ -69,6 +76,7 @@ from .lang import (
     multiply,
     order,
     permute_dims,
+    repeat_heads,
     reshape,
     rms_norm,
     rms_norm_dense,
@@ -113,6 +121,21 @@ _SHAPE_TABLE = [
     ),
     (reshape(a, s), [], [eq(dt).to(dtype(a))]),
     (dense_add(x, w, r), [eq(s).to(shape(r))], [eq(dt).to(dtype(r))]),
+    (
+        repeat_heads(a, k),
+        [eq(sa).to(shape(a)), eq(s).to(Vec[i64](sa[0], sa[1] * k, sa[2], sa[3]))],
+        [eq(dt).to(dtype(a))],
+    ),
+    (
+        gqa_scores(a, b),
+        [eq(sa).to(shape(a)), eq(sw).to(shape(b)), eq(s).to(Vec[i64](sa[0], sa[1], sa[2], sw[2]))],
+        [eq(dt).to(dtype(a))],
+    ),
+    (
+        gqa_context(a, b),
+        [eq(sa).to(shape(a)), eq(sw).to(shape(b)), eq(s).to(Vec[i64](sa[0], sa[1], sa[2], sw[3]))],
+        [eq(dt).to(dtype(a))],
+    ),
 ]
 # Products: x's shape with the last dimension replaced by `k`; dtype of x.
 _PRODUCT_TABLE = [
@@ -307,6 +330,45 @@ _PROLOGUE_RMS_NORM = [
     rule(eq(t).to(dense(rms_norm(x, g, e), w))).then(union(t).with_(rms_norm_dense(x, g, e, w)))
 ]
 
+def _gqa_attention() -> list:
+    # `a` is q [B, H, S, D] (scores) or p [B, H, S, L] (context); `b` is k or v
+    # [B, KV, L, D], repeated `k` times; `sa` and `sw` are their shapes.
+    valid = [
+        eq(sa).to(shape(a)),
+        eq(sa.length()).to(i64(4)),
+        eq(sw).to(shape(b)),
+        eq(sw.length()).to(i64(4)),
+        eq(sa[0]).to(sw[0]),
+        eq(sa[1]).to(sw[1] * k),
+        eq(dtype(a)).to(dtype(b)),
+    ]
+    k_t = permute_dims(repeat_heads(b, k), Vec[i64](i64(0), i64(1), i64(3), i64(2)))
+    rows = sa[0] * sa[1]
+    scores = [eq(sa[3]).to(sw[3])]  # q and k share D
+    context = [eq(sa[3]).to(sw[2])]  # p spans the L keys of v
+    return [
+        rule(eq(t).to(matmul(a, k_t)), *valid, *scores).then(union(t).with_(gqa_scores(a, b))),
+        rule(eq(t).to(matmul(a, repeat_heads(b, k))), *valid, *context).then(
+            union(t).with_(gqa_context(a, b))
+        ),
+        # The frontend's batched matmul flattens [B, H] first.
+        rule(
+            eq(t).to(matmul(reshape(a, s), reshape(k_t, s2))),
+            *valid,
+            *scores,
+            eq(s).to(Vec[i64](rows, sa[2], sa[3])),
+            eq(s2).to(Vec[i64](rows, sw[3], sw[2])),
+        ).then(union(t).with_(reshape(gqa_scores(a, b), Vec[i64](rows, sa[2], sw[2])))),
+        rule(
+            eq(t).to(matmul(reshape(a, s), reshape(repeat_heads(b, k), s2))),
+            *valid,
+            *context,
+            eq(s).to(Vec[i64](rows, sa[2], sa[3])),
+            eq(s2).to(Vec[i64](rows, sw[2], sw[3])),
+        ).then(union(t).with_(reshape(gqa_context(a, b), Vec[i64](rows, sa[2], sw[3])))),
+    ]
+
+
 _TABLE: dict[str, list] = {
     "transpose_fold": _TRANSPOSE_FOLD,
     "silu": _SILU,
@@ -318,6 +380,7 @@ _TABLE: dict[str, list] = {
     "epilogue_bias": _epilogue_bias(),
     "rms_norm": _rms_norm(),
     "prologue_rms_norm": _PROLOGUE_RMS_NORM,
+    "gqa_attention": _gqa_attention(),
 }
 
 FAMILIES: tuple[str, ...] = tuple(_TABLE)

@@ -6,6 +6,9 @@ a constructor for become that constructor; every other call becomes ``Tensor.opa
 whose key is a content hash of the call without its tensor arguments (operator,
 attributes, static arguments), so identical calls share a key and a node, and the key
 is stable from one run to the next.  :mod:`extract.lowering` reads the side tables back.
+Two patterns are recognised on the way: a ``broadcast_to`` to its argument's own static
+shape is that argument, and the ``expand_dims`` / ``broadcast_to`` / ``reshape`` chain
+of grouped-query attention's head repeat is one ``repeat_heads`` node.
 
 Only dataflow-style functions are supported: bindings of calls, tuples, tuple items,
 constants and aliases (``If`` and nested functions raise :class:`UnsupportedProgram`).
@@ -170,6 +173,7 @@ class _Translator:
         self.facts: list[ActionLike] = []
         self.fact_values: list[tuple[Tensor, str, Any]] = []
         self.content: dict[tuple[int, str], Any] = {}
+        self.bound: dict[Any, Any] = {}  # variable -> the call bound to it
 
     def run(self) -> Translation:
         func = self.func
@@ -212,6 +216,8 @@ class _Translator:
             key = self._key(self.opaques, ["match_cast", binding.ty], spec)
             term = Tensor.opaque("relax.match_cast", key, Vec[Tensor](self.term(binding.value)))
         elif isinstance(binding, relax.VarBinding):
+            if isinstance(binding.value, tvm.ir.Call):
+                self.bound[binding.var] = binding.value
             term = self.term(binding.value, binding.var.ty)
         else:
             raise UnsupportedProgram(f"unsupported binding {type(binding).__name__}")
@@ -353,7 +359,46 @@ def _reshape(t: _Translator, call: Any, ty: Any) -> Tensor | None:
     dims = static_shape(ty)
     if dims is None:
         return None
+    repeated = _repeated_heads(t, call.args[0], dims)
+    if repeated is not None:
+        return repeated
     return lang.reshape(t.term(call.args[0]), shape_vec(dims))
+
+
+def _repeated_heads(t: _Translator, arg: Any, dims: tuple[int, ...]) -> Tensor | None:
+    """``repeat_heads(k, n)`` when ``arg`` is ``broadcast_to(expand_dims(k, [2]), ...)``.
+
+    That chain, reshaped from ``[B, KV, n, L, D]`` to ``[B, KV * n, L, D]``, is how
+    transformers' ``repeat_kv`` (grouped-query attention) exports.
+    """
+    spread = t.bound.get(arg)
+    if not _is_op(spread, "relax.broadcast_to"):
+        return None
+    expanded = t.bound.get(spread.args[0])
+    if not _is_op(expanded, "relax.expand_dims") or [int(a) for a in expanded.attrs.axis] != [2]:
+        return None
+    k = expanded.args[0]
+    k_dims, wide = static_shape(k.ty), static_shape(spread.args[0].ty)
+    out = static_shape(spread.ty)
+    if k_dims is None or wide is None or out is None or len(k_dims) != 4 or len(out) != 5:
+        return None
+    batch, kv, length, depth = k_dims
+    n = out[2]
+    if out != (batch, kv, n, length, depth) or dims != (batch, kv * n, length, depth):
+        return None
+    return lang.repeat_heads(t.term(k), i64(n))
+
+
+def _broadcast_to(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    """A ``broadcast_to`` of a static shape to that same shape is its argument."""
+    dims = static_shape(ty)
+    if dims is None or static_shape(call.args[0].ty) != dims:
+        return None
+    return t.term(call.args[0])
+
+
+def _is_op(call: Any, name: str) -> bool:
+    return isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == name
 
 
 def _binary(fn: Any) -> Any:
@@ -397,6 +442,7 @@ _FIRST_CLASS = {
     "relax.matmul": _matmul,
     "relax.permute_dims": _permute_dims,
     "relax.reshape": _reshape,
+    "relax.broadcast_to": _broadcast_to,
     "relax.add": _binary(lang.add),
     "relax.multiply": _binary(lang.multiply),
     "relax.sigmoid": _unary(lang.sigmoid),

@@ -68,7 +68,7 @@ def _calls(mod: tvm.IRModule) -> tuple[Counter, dict[str, int]]:
 
 
 def _op_kind(name: str, func: PrimFunc) -> str:
-    if "matmul" in name or "dense" in name:
+    if "matmul" in name or "dense" in name or "gqa_" in name:
         return "matmul"
     if "softmax" in name:
         return "attention"

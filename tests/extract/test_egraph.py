@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from egglog.deconstruct import get_literal_value
 from tvm import relax
 
 from extract import load_model
@@ -73,7 +74,21 @@ def test_translation_shares_identical_subterms(model):
         for b in block.bindings
         if isinstance(b.value, relax.Call) and b.value.op.name == "relax.reshape"
     )
-    assert sum(1 for t in subterms(state.root) if node_name(t) == "reshape") == relax_reshapes - 3
+    # Three of them are one node, and the reshapes of K's and V's head repeat are
+    # part of a ``repeat_heads`` node each.
+    assert sum(1 for t in subterms(state.root) if node_name(t) == "reshape") == relax_reshapes - 5
+
+
+def test_translation_recognises_the_head_repeat(model):
+    """K and V are repeated for grouped-query attention (4 heads over 2): one node each,
+    and no ``broadcast_to`` to a tensor's own shape is left."""
+    state = ProgramEGraph.from_module(model.mod)
+    repeats = [t for t in subterms(state.root) if node_name(t) == "repeat_heads"]
+    assert sorted(get_literal_value(node_args(t)[1]) for t in repeats) == [2, 2]
+    opaque_ops = {
+        get_literal_value(node_args(t)[0]) for t in subterms(state.root) if node_name(t) == "Tensor.opaque"
+    }
+    assert "relax.broadcast_to" not in opaque_ops
 
 
 # -- each rewrite fires on the layer --------------------------------------------------
@@ -91,12 +106,12 @@ def test_every_ruleset_fires(exploration):
 # strategy -> constructor counts expected in the term it extracts
 EXPECTED = {
     "none": {"matmul": 9, "permute_dims(weight)": 7, "dense": 0, "merged_dense/3": 0},
-    "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7},
+    "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7, "repeat_heads": 2},
     "merge": {"dense": 2, "merged_dense/3": 3, "merged_dense/2": 2, "concat": 2},
     "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0},
     # the default costs prefer the input norm as prologue of Q, K and V to merging them
     "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
-            "dense": 0, "matmul": 2},
+            "dense": 0, "matmul": 0, "gqa_scores": 1, "gqa_context": 1, "repeat_heads": 0},
     "prologue": {"rms_norm_dense": 5, "dense": 2, "rms_norm": 2, "silu_mul_dense": 0},
 }
 
@@ -225,7 +240,8 @@ STEERING = [
         {"silu_mul_dense": 0, "dense_add": 0, "merged_dense/3": 3, "merged_dense/2": 2},
     ),
     (
-        {"dense", "merged_dense", "silu_mul_dense", "dense_add", "rms_norm_dense"},
+        {"dense", "merged_dense", "silu_mul_dense", "dense_add", "rms_norm_dense", "gqa_scores",
+         "gqa_context"},
         {"dense": 0, "matmul": 9, "merged_dense/3": 0},
     ),
 ]
@@ -318,3 +334,27 @@ def test_biased_projections_fuse_and_merge():
         candidate = by_strategy[strategy]
         assert check_equivalent(model.mod, candidate.mod, inputs(model)) <= 1e-4, strategy
     assert "dense_bias" in _kernel_names(by_strategy["epilogue"].mod)
+
+
+@pytest.mark.parametrize("group", [1, 2, 4])
+def test_gqa_kernels_match_repeated_heads(group):
+    """``gqa_scores`` and ``gqa_context`` compute ``q @ repeat(k)^T`` and ``p @ repeat(v)``
+    (numpy's ``repeat`` on the head axis: head ``h`` reads K/V head ``h // group``)."""
+    from extract.lowering import gqa_context_te, gqa_scores_te
+
+    rng = np.random.default_rng(group)
+    kv_heads, seq, keys, depth = 2, 3, 7, 8
+    q = rng.standard_normal((1, kv_heads * group, seq, depth)).astype("float32")
+    k, v = (rng.standard_normal((1, kv_heads, keys, depth)).astype("float32") for _ in range(2))
+    p = rng.standard_normal((1, kv_heads * group, seq, keys)).astype("float32")
+    bb = relax.BlockBuilder()
+    params = [relax.Var(n, relax.TensorType(a.shape, "float32")) for n, a in zip("qkvp", (q, k, v, p))]
+    with bb.function("main", params):
+        with bb.dataflow():
+            scores = bb.emit_te(gqa_scores_te, params[0], params[1])
+            context = bb.emit_te(gqa_context_te, params[3], params[2])
+            gv = bb.emit_output(relax.Tuple([scores, context]))
+        bb.emit_func_output(gv)
+    got_scores, got_context = run_module(bb.finalize(), [q, k, v, p])
+    np.testing.assert_allclose(got_scores, q @ np.repeat(k, group, axis=1).transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_context, p @ np.repeat(v, group, axis=1), rtol=1e-5, atol=1e-5)

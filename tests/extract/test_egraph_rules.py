@@ -13,6 +13,8 @@ from extract.lang import (
     dense_add,
     dense_bias,
     dtype,
+    gqa_context,
+    gqa_scores,
     matmul,
     mean_last,
     merged_dense,
@@ -20,6 +22,7 @@ from extract.lang import (
     multiply,
     order,
     permute_dims,
+    repeat_heads,
     reshape,
     rms_norm,
     rms_norm_dense,
@@ -193,6 +196,33 @@ def prologue_through_reshape(keep_last=True):
     return eg, rms_norm_dense
 
 
+SEQ, KEYS, DEPTH = 3, 5, 16
+
+
+def gqa_case(
+    kind="scores", heads=4, kv_heads=2, depth=DEPTH, batch=1, dt=F32, axes=(0, 1, 3, 2),
+    flat=False, q_rows=None, inner=None,
+):
+    """Grouped-query attention's product with K (``kind="scores"``) or V repeated twice.
+
+    ``flat`` goes through the frontend's reshapes to ``[B * H, ., .]``; ``q_rows``
+    replaces the rows of the first operand's reshape (``(B * H, S)`` when valid);
+    ``inner`` its last dimension (``D`` for scores, ``L`` for the context when valid).
+    """
+    inner = inner or (depth if kind == "scores" else KEYS)
+    a, fa = leaf("a", (batch, heads, SEQ, inner), dt)
+    kv, fkv = leaf("kv", (1, kv_heads, KEYS, depth))
+    b = repeat_heads(kv, i64(2))
+    if kind == "scores":
+        b = permute_dims(b, shape_vec(axes))
+    if flat:
+        rows = q_rows or (batch * heads, SEQ)
+        a = reshape(a, shape_vec((*rows, inner)))
+        b_dims = (depth, KEYS) if kind == "scores" else (KEYS, depth)
+        b = reshape(b, shape_vec((batch * heads, *b_dims)))
+    return egraph([matmul(a, b)], fa, fkv), gqa_scores if kind == "scores" else gqa_context
+
+
 CASES = [
     # (family, case, builder, whether the rewrite must appear)
     ("transpose_fold", "x @ permute_dims(W, [1, 0])", lambda: fold(), True),
@@ -248,6 +278,22 @@ CASES = [
     ("rms_norm", "g of another dtype", lambda: norm_case(dt=F16), False),
     ("prologue_rms_norm", "dense(rms_norm(x), W)", lambda: prologue_case(), True),
     ("prologue_rms_norm", "dense of no norm", lambda: prologue_case(normed=False), False),
+    ("gqa_attention", "q @ repeat(k)^T", lambda: gqa_case(), True),
+    ("gqa_attention", "p @ repeat(v)", lambda: gqa_case("context"), True),
+    ("gqa_attention", "q @ repeat(k)^T, flattened", lambda: gqa_case(flat=True), True),
+    ("gqa_attention", "p @ repeat(v), flattened", lambda: gqa_case("context", flat=True), True),
+    ("gqa_attention", "H is not KV * n", lambda: gqa_case(heads=6), False),
+    ("gqa_attention", "q and k of other D", lambda: gqa_case(inner=DEPTH // 2), False),
+    ("gqa_attention", "p spans other keys", lambda: gqa_case("context", inner=KEYS + 1), False),
+    ("gqa_attention", "another batch", lambda: gqa_case(batch=2), False),
+    ("gqa_attention", "q of another dtype", lambda: gqa_case(dt=F16), False),
+    ("gqa_attention", "k not transposed", lambda: gqa_case(axes=(0, 1, 2, 3)), False),
+    (
+        "gqa_attention",
+        "flattened in another order",
+        lambda: gqa_case(flat=True, q_rows=(SEQ, 4)),
+        False,
+    ),
 ]
 
 
@@ -329,6 +375,20 @@ def test_merged_biases_are_concatenated():
     eg.check(
         eq(dense_bias(x, ws[1], bs[1])).to(merged_dense_bias(x, wcat, bcat, i64(64), i64(96))),
         eq(shape(bcat)).to(shape_vec((128,))),
+    )
+
+
+def test_gqa_rewrite_keeps_the_product_shape():
+    """The flattened scores become ``reshape(gqa_scores(q, k), [B * H, S, L])``."""
+    eg, _ = gqa_case(flat=True)
+    saturate_family(eg, "gqa_attention")
+    q, k = Tensor.var("a"), Tensor.var("kv")
+    k_t = permute_dims(repeat_heads(k, i64(2)), shape_vec((0, 1, 3, 2)))
+    flat = matmul(reshape(q, shape_vec((4, SEQ, DEPTH))), reshape(k_t, shape_vec((4, DEPTH, KEYS))))
+    eg.check(
+        eq(flat).to(reshape(gqa_scores(q, k), shape_vec((4, SEQ, KEYS)))),
+        eq(shape(gqa_scores(q, k))).to(shape_vec((1, 4, SEQ, KEYS))),
+        eq(shape(repeat_heads(k, i64(2)))).to(shape_vec((1, 4, KEYS, DEPTH))),
     )
 
 
