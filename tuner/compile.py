@@ -2,6 +2,9 @@
 
 The build follows MetaSchedule's ``compile_relax`` order: fuse, put the tuned
 kernels in place of the fused ones, then TVM's own lowering and finalisation.
+Work on weights alone (transposes, the concatenated weights of merged GEMMs) is
+moved out of ``main`` into a function run once when the program is loaded
+(:func:`prepare_weights`), as deployment does with its weights.
 The artifact is a shared library (``export_library``); it is uploaded to a
 worker through the RPC tracker and run there with the Relax virtual machine.
 """
@@ -20,9 +23,51 @@ from tvm import rpc as tvm_rpc
 from measure import MeasureConfig, TrackerAddress
 from measure.tvmapi import lower_and_finalize_passes
 
+TRANSFORM_WEIGHTS = "transform_weights"
+"""Name of the function that prepares the weights of a program built from :func:`prepare_weights`."""
+_LIFTED = "main_transform_params"
+
 
 class VerificationError(RuntimeError):
     """A compiled program whose outputs differ from the reference."""
+
+
+def prepare_weights(mod: tvm.IRModule) -> tuple[tvm.IRModule, int | None]:
+    """Move the computations that read weights only out of ``main`` (TVM's ``LiftTransformParams``).
+
+    Weights are the parameters of ``main`` from its ``num_input`` attribute on. The
+    lifted work goes into ``transform_weights(*weights)``, which returns the tuple of
+    prepared weights; the new ``main`` takes the activations, then the prepared weights.
+
+    Returns
+    -------
+    (tvm.IRModule, int or None)
+        The module, and the number of activation inputs of ``main`` when weights were
+        lifted (None when ``main`` has no ``num_input`` or no work on weights alone: the
+        module is returned unchanged).
+    """
+    func = mod["main"]
+    num_input = func.attrs.get("num_input") if func.attrs is not None else None
+    if num_input is None or int(num_input) >= len(func.params):
+        return mod, None
+    lifted = relax.transform.LiftTransformParams()(mod)
+    if _LIFTED not in [gv.name_hint for gv in lifted.get_global_vars()]:
+        return mod, None
+    transform = lifted.get_global_var(_LIFTED)
+    bb = relax.BlockBuilder(lifted)
+    weights = [relax.Var(p.name, p.ty) for p in func.params[int(num_input):]]
+    with bb.function(TRANSFORM_WEIGHTS, weights):
+        prepared = bb.emit(relax.Call(transform, [relax.Tuple(weights)]))
+        bb.emit_func_output(prepared)
+    return bb.get(), int(num_input)
+
+
+def prepared_inputs(mod: tvm.IRModule) -> int | None:
+    """The number of activation inputs of a module from :func:`prepare_weights` whose
+    weights were lifted (its ``main``'s ``num_input``), else None."""
+    if TRANSFORM_WEIGHTS not in [gv.name_hint for gv in mod.get_global_vars()]:
+        return None
+    return int(mod["main"].attrs["num_input"])
 
 
 def build_tuned(fused: tvm.IRModule, scheduled: dict[str, tvm.IRModule], target: tvm.target.Target):
@@ -79,30 +124,41 @@ class ProgramRun:
 
 
 def run_on_worker(
-    artifacts: list[str], args: list[np.ndarray], tracker: TrackerAddress, key: str, config: MeasureConfig
+    artifacts: list[str], args: list[np.ndarray], tracker: TrackerAddress, key: str, config: MeasureConfig,
+    num_inputs: list[int | None] | None = None,
 ) -> list[ProgramRun]:
     """Upload each artifact to one worker of ``key``, run ``main(*args)`` once for its outputs, then time it.
 
     All artifacts run in one session on the same device, one after the other.
     Timing uses ``time_evaluator`` with the protocol's ``number``, ``repeat`` and
-    ``min_repeat_ms``; outputs come from a separate first run.
+    ``min_repeat_ms``; outputs come from a separate first run. ``num_inputs[i]``,
+    when not None, says artifact ``i`` was built from :func:`prepare_weights` with
+    that many activations: its ``transform_weights`` runs once on ``args[n:]``
+    before, and outside, the timing.
     """
     session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(
         key, session_timeout=config.timeout_s * 10
     )
+    splits = num_inputs or [None] * len(artifacts)
     try:
-        return [_run_program(session, artifact, args, config) for artifact in artifacts]
+        return [_run_program(session, a, args, config, n) for a, n in zip(artifacts, splits, strict=True)]
     finally:
         del session
         gc.collect()  # the RPC session (and the worker it holds) ends when its last reference goes
 
 
-def _run_program(session, artifact: str, args: list[np.ndarray], config: MeasureConfig) -> ProgramRun:
+def _run_program(session, artifact: str, args: list[np.ndarray], config: MeasureConfig,
+                 num_inputs: int | None) -> ProgramRun:
     name = os.path.basename(artifact)
     session.upload(artifact, name)
     dev = session.cpu()
     vm = relax.VirtualMachine(session.load_module(name), dev)
-    vm.set_input("main", *[tvm.runtime.tensor(a, device=dev) for a in args])
+    tensors = [tvm.runtime.tensor(a, device=dev) for a in args]
+    if num_inputs is not None:
+        vm.set_input(TRANSFORM_WEIGHTS, *tensors[num_inputs:])
+        vm.invoke_stateful(TRANSFORM_WEIGHTS)
+        tensors = tensors[:num_inputs] + list(vm.get_outputs(TRANSFORM_WEIGHTS))
+    vm.set_input("main", *tensors)
     vm.invoke_stateful("main")
     outputs = tuple(a.numpy() for a in _flatten(vm.get_outputs("main")))
     timer = vm.time_evaluator(

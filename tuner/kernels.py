@@ -48,8 +48,13 @@ def lower_to_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     return passes(mod)
 
 
+# Functions that prepare weights when a program is loaded (tuner.compile.prepare_weights):
+# their kernels run once, not per call, and are not tuned.
+_RUN_ONCE = frozenset({"transform_weights", "main_transform_params"})
+
+
 def _calls(mod: tvm.IRModule) -> tuple[Counter, dict[str, int]]:
-    """Call counts per kernel name, and each kernel's number of outputs (from ``call_tir``)."""
+    """Call counts per kernel name in a program run, and each kernel's number of outputs (from ``call_tir``)."""
     counts: Counter = Counter()
     outputs: dict[str, int] = {}
     call_tir = tvm.ir.Op.get("relax.call_tir")
@@ -61,8 +66,8 @@ def _calls(mod: tvm.IRModule) -> tuple[Counter, dict[str, int]]:
             out_ty = expr.ty_args[0]
             outputs[name] = len(out_ty.fields) if isinstance(out_ty, relax.TupleType) else 1
 
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function) and gv.name_hint not in _RUN_ONCE:
             relax.analysis.post_order_visit(func.body, visit)
     return counts, outputs
 

@@ -41,7 +41,15 @@ from measure import (
 from measure.tvmapi import host_cpu, make_target, target_json
 
 from .choose import price_programs
-from .compile import build_default, build_tuned, export, run_on_worker, verify
+from .compile import (
+    build_default,
+    build_tuned,
+    export,
+    prepare_weights,
+    prepared_inputs,
+    run_on_worker,
+    verify,
+)
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .measuring import BatchMeasurer
 from .model_store import load_warm_model, save_model
@@ -267,7 +275,7 @@ class TuneRun:
                     self.progress.note(f"candidate {cand.term_hash[:10]} dropped: {mismatch}")
                     continue
             self._check_stop()
-            fused = lower_to_kernels(cand.mod)
+            fused = lower_to_kernels(prepare_weights(cand.mod)[0])
             kernels = kernels_of(fused)
             graphs.append((cand, fused, kernels))
             cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "max_abs_error": err,
@@ -425,7 +433,8 @@ class TuneRun:
         with self.progress.status("building TVM's default program"):
             default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
         with self.progress.status("timing the candidate programs and the default program on the worker"):
-            *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config)
+            *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config,
+                                           [prepared_inputs(fused) for _, fused, _ in ranked] + [None])
         reference = model.reference_outputs() or default.outputs
         errors = [verify(run.outputs, reference) for run in runs]
         verify(default.outputs, reference)

@@ -149,3 +149,41 @@ def test_progress_says_why_a_search_stopped_early_only_when_it_measured_somethin
     assert "3f2a1c9d dense" in first and "every distinct schedule sampled was measured" in first
     assert resumed == ""
     assert "no schedule space: no rule applies" in no_space
+
+
+def test_prepared_weights_run_once_and_keep_the_outputs():
+    """A merged candidate's weight concatenations and transposes leave ``main``: its
+    kernels are the per-run ones, and ``transform_weights`` then ``main`` give the
+    original program's outputs."""
+    import tvm
+    from tvm import relax
+
+    from extract.egraph import explore
+    from extract.equivalence import run_module
+    from tuner.compile import TRANSFORM_WEIGHTS, prepare_weights, prepared_inputs
+
+    model = load_model("qwen3-tiny", stage="decode", kv_len=4)
+    merged = next(c for c in explore(model.mod).candidates if c.strategy == "merge")
+    prepared, num_inputs = prepare_weights(merged.mod)
+    assert num_inputs == len(model.inputs) == prepared_inputs(lower_to_kernels(prepared))
+    def concats(mod):
+        return sum(k.calls for k in kernels_of(lower_to_kernels(mod)) if "concatenate" in k.name)
+
+    # Q/K/V and gate/up weights are concatenated once; the KV cache's concats stay.
+    assert concats(merged.mod) - concats(prepared) == 2
+
+    vm = relax.VirtualMachine(relax.build(prepared, target="llvm"), tvm.cpu())
+    weights = vm[TRANSFORM_WEIGHTS](*[tvm.runtime.tensor(w) for w in model.params])
+    got = vm["main"](*[tvm.runtime.tensor(a) for a in model.inputs], *weights)
+    expected = run_module(model.mod, [*model.inputs, *model.params])
+    for out, ref in zip(got, expected, strict=True):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+    assert prepare_weights(model.mod)[1] == num_inputs  # the original's weight transposes too
+    assert prepare_weights(_without_num_input(merged.mod))[1] is None  # every parameter an activation
+
+
+def _without_num_input(mod):
+    func = mod["main"].without_attr("num_input")
+    new = mod.__class__(dict(mod.functions.items()), attrs=mod.attrs)
+    new[mod.get_global_var("main")] = func
+    return new
