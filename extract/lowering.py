@@ -396,13 +396,7 @@ def gqa_scores_te(q: te.Tensor, k: te.Tensor) -> te.Tensor:
     grouped-query attention's scores (Ainslie et al. 2023) read each K head once for
     its ``n`` query heads instead of a repeated copy.
     """
-    group = q.shape[1] // k.shape[1]
-    d = te.reduce_axis((0, q.shape[3]), name="d")
-    return te.compute(
-        (q.shape[0], q.shape[1], q.shape[2], k.shape[2]),
-        lambda b, h, s, j: te.sum(q[b, h, s, d] * k[b, h // group, j, d], axis=d),
-        name="gqa_scores",
-    )
+    return _grouped_product(q, k, "gqa_scores", keys_last=True)
 
 
 def gqa_context_te(p: te.Tensor, v: te.Tensor) -> te.Tensor:
@@ -410,10 +404,19 @@ def gqa_context_te(p: te.Tensor, v: te.Tensor) -> te.Tensor:
 
     ``out[b, h, s, d] = sum_l p[b, h, s, l] * v[b, h // n, l, d]`` with ``n = H // KV``.
     """
-    group = p.shape[1] // v.shape[1]
-    j = te.reduce_axis((0, p.shape[3]), name="l")
+    return _grouped_product(p, v, "gqa_context", keys_last=False)
+
+
+def _grouped_product(a: te.Tensor, kv: te.Tensor, name: str, keys_last: bool) -> te.Tensor:
+    """``a [B, H, S, R] @ kv[:, h // n]`` (transposed when ``keys_last``) over ``R``."""
+    group = a.shape[1] // kv.shape[1]
+    r = te.reduce_axis((0, a.shape[3]), name="r")
+
+    def read(b: Any, h: Any, j: Any) -> Any:
+        return kv[b, h // group, j, r] if keys_last else kv[b, h // group, r, j]
+
     return te.compute(
-        (p.shape[0], p.shape[1], p.shape[2], v.shape[3]),
-        lambda b, h, s, d: te.sum(p[b, h, s, j] * v[b, h // group, j, d], axis=j),
-        name="gqa_context",
+        (a.shape[0], a.shape[1], a.shape[2], kv.shape[2] if keys_last else kv.shape[3]),
+        lambda b, h, s, j: te.sum(a[b, h, s, r] * read(b, h, j), axis=r),
+        name=name,
     )
