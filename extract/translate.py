@@ -378,9 +378,8 @@ def _repeated_heads(t: _Translator, arg: Any, dims: tuple[int, ...]) -> Tensor |
     if not _is_op(expanded, "relax.expand_dims") or [int(a) for a in expanded.attrs.axis] != [2]:
         return None
     k = expanded.args[0]
-    k_dims, wide = static_shape(k.ty), static_shape(spread.args[0].ty)
-    out = static_shape(spread.ty)
-    if k_dims is None or wide is None or out is None or len(k_dims) != 4 or len(out) != 5:
+    k_dims, out = static_shape(k.ty), static_shape(spread.ty)
+    if k_dims is None or out is None or len(k_dims) != 4 or len(out) != 5:
         return None
     batch, kv, length, depth = k_dims
     n = out[2]

@@ -26,40 +26,38 @@ from measure.tvmapi import lower_and_finalize_passes
 TRANSFORM_WEIGHTS = "transform_weights"
 """Name of the function that prepares the weights of a program built from :func:`prepare_weights`."""
 _LIFTED = "main_transform_params"
+RUN_ONCE = frozenset({TRANSFORM_WEIGHTS, _LIFTED})
+"""Functions of a prepared program that run once when it is loaded, not on every call."""
 
 
 class VerificationError(RuntimeError):
     """A compiled program whose outputs differ from the reference."""
 
 
-def prepare_weights(mod: tvm.IRModule) -> tuple[tvm.IRModule, int | None]:
+def prepare_weights(mod: tvm.IRModule) -> tvm.IRModule:
     """Move the computations that read weights only out of ``main`` (TVM's ``LiftTransformParams``).
 
     Weights are the parameters of ``main`` from its ``num_input`` attribute on. The
     lifted work goes into ``transform_weights(*weights)``, which returns the tuple of
     prepared weights; the new ``main`` takes the activations, then the prepared weights.
 
-    Returns
-    -------
-    (tvm.IRModule, int or None)
-        The module, and the number of activation inputs of ``main`` when weights were
-        lifted (None when ``main`` has no ``num_input`` or no work on weights alone: the
-        module is returned unchanged).
+    The module is returned unchanged when ``main`` has no ``num_input`` or no work on
+    weights alone; :func:`prepared_inputs` tells which.
     """
     func = mod["main"]
     num_input = func.attrs.get("num_input") if func.attrs is not None else None
     if num_input is None or int(num_input) >= len(func.params):
-        return mod, None
+        return mod
     lifted = relax.transform.LiftTransformParams()(mod)
     if _LIFTED not in [gv.name_hint for gv in lifted.get_global_vars()]:
-        return mod, None
+        return mod
     transform = lifted.get_global_var(_LIFTED)
     bb = relax.BlockBuilder(lifted)
     weights = [relax.Var(p.name, p.ty) for p in func.params[int(num_input):]]
     with bb.function(TRANSFORM_WEIGHTS, weights):
         prepared = bb.emit(relax.Call(transform, [relax.Tuple(weights)]))
         bb.emit_func_output(prepared)
-    return bb.get(), int(num_input)
+    return bb.get()
 
 
 def prepared_inputs(mod: tvm.IRModule) -> int | None:

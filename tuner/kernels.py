@@ -21,6 +21,8 @@ from database import WorkloadRecord
 from measure import KernelReference
 from measure.tvmapi import ArgInfo, PrimFunc, estimate_flops, structural_hash
 
+from .compile import RUN_ONCE
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -48,13 +50,11 @@ def lower_to_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     return passes(mod)
 
 
-# Functions that prepare weights when a program is loaded (tuner.compile.prepare_weights):
-# their kernels run once, not per call, and are not tuned.
-_RUN_ONCE = frozenset({"transform_weights", "main_transform_params"})
-
-
 def _calls(mod: tvm.IRModule) -> tuple[Counter, dict[str, int]]:
-    """Call counts per kernel name in a program run, and each kernel's number of outputs (from ``call_tir``)."""
+    """Call counts per kernel name in a program run, and each kernel's number of outputs (from ``call_tir``).
+
+    Kernels of the functions that prepare weights once (:data:`tuner.compile.RUN_ONCE`) are not counted.
+    """
     counts: Counter = Counter()
     outputs: dict[str, int] = {}
     call_tir = tvm.ir.Op.get("relax.call_tir")
@@ -67,7 +67,7 @@ def _calls(mod: tvm.IRModule) -> tuple[Counter, dict[str, int]]:
             outputs[name] = len(out_ty.fields) if isinstance(out_ty, relax.TupleType) else 1
 
     for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function) and gv.name_hint not in _RUN_ONCE:
+        if isinstance(func, relax.Function) and gv.name_hint not in RUN_ONCE:
             relax.analysis.post_order_visit(func.body, visit)
     return counts, outputs
 

@@ -275,7 +275,7 @@ class TuneRun:
                     self.progress.note(f"candidate {cand.term_hash[:10]} dropped: {mismatch}")
                     continue
             self._check_stop()
-            fused = lower_to_kernels(prepare_weights(cand.mod)[0])
+            fused = lower_to_kernels(prepare_weights(cand.mod))
             kernels = kernels_of(fused)
             graphs.append((cand, fused, kernels))
             cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "max_abs_error": err,

@@ -164,7 +164,8 @@ def test_prepared_weights_run_once_and_keep_the_outputs():
 
     model = load_model("qwen3-tiny", stage="decode", kv_len=4)
     merged = next(c for c in explore(model.mod).candidates if c.strategy == "merge")
-    prepared, num_inputs = prepare_weights(merged.mod)
+    prepared = prepare_weights(merged.mod)
+    num_inputs = prepared_inputs(prepared)
     assert num_inputs == len(model.inputs) == prepared_inputs(lower_to_kernels(prepared))
     def concats(mod):
         return sum(k.calls for k in kernels_of(lower_to_kernels(mod)) if "concatenate" in k.name)
@@ -178,8 +179,8 @@ def test_prepared_weights_run_once_and_keep_the_outputs():
     expected = run_module(model.mod, [*model.inputs, *model.params])
     for out, ref in zip(got, expected, strict=True):
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
-    assert prepare_weights(model.mod)[1] == num_inputs  # the original's weight transposes too
-    assert prepare_weights(_without_num_input(merged.mod))[1] is None  # every parameter an activation
+    assert prepared_inputs(prepare_weights(model.mod)) == num_inputs  # the original's weight transposes too
+    assert prepared_inputs(prepare_weights(_without_num_input(merged.mod))) is None  # all activations
 
 
 def _without_num_input(mod):
