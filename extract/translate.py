@@ -173,7 +173,7 @@ class _Translator:
         self.facts: list[ActionLike] = []
         self.fact_values: list[tuple[Tensor, str, Any]] = []
         self.content: dict[tuple[int, str], Any] = {}
-        self.bound: dict[Any, Any] = {}  # variable -> the call bound to it
+        self.bound = dict(relax.analysis.get_var2val(self.func).items())  # variable -> its value
 
     def run(self) -> Translation:
         func = self.func
@@ -216,8 +216,6 @@ class _Translator:
             key = self._key(self.opaques, ["match_cast", binding.ty], spec)
             term = Tensor.opaque("relax.match_cast", key, Vec[Tensor](self.term(binding.value)))
         elif isinstance(binding, relax.VarBinding):
-            if isinstance(binding.value, tvm.ir.Call):
-                self.bound[binding.var] = binding.value
             term = self.term(binding.value, binding.var.ty)
         else:
             raise UnsupportedProgram(f"unsupported binding {type(binding).__name__}")
