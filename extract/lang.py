@@ -50,11 +50,19 @@ Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
 ``gqa_context(p, v)``                      ``p @ repeat_heads(v, H // KV)`` without the
                                            repeat: ``p [B, H, S, L]``, ``v [B, KV, L, D]``
                                            -> ``[B, H, S, D]``
+``dense_packed(x, W, b)``                  ``dense(x, W)`` computed from ``W`` packed
+                                           once into blocks of ``b`` rows,
+                                           ``[N / b, K, b]`` (the same value by another
+                                           kernel: a weight layout choice)
+``merged_dense_packed(x, Wc, b, i, j)``    ``merged_dense(x, Wc, i, j)`` with the merged
+                                           weight packed the same way
 =========================================  =============================================
 
 ``merged_dense`` is how a merged GEMM appears: the parts of one merged product share the
 same ``(x, Wcat)`` and lower to one GEMM plus a split, but each part is its own e-node,
 so extraction can charge each part its share of the merged GEMM and stay monotone.
+The packed forms are in the same e-class as the unpacked ones (they compute the same
+value); which one a program uses is the extractor's choice.
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ from egglog.deconstruct import get_callable_args, get_literal_value
 
 __all__ = [
     "NODE_NAMES",
+    "PACKED_NODES",
     "REWRITE_NODES",
     "Tensor",
     "add",
@@ -80,6 +89,7 @@ __all__ = [
     "dense",
     "dense_add",
     "dense_bias",
+    "dense_packed",
     "decl_name",
     "e_class_facts",
     "dtype",
@@ -92,6 +102,7 @@ __all__ = [
     "mean_last",
     "merged_dense",
     "merged_dense_bias",
+    "merged_dense_packed",
     "multiply",
     "node_args",
     "node_name",
@@ -227,6 +238,16 @@ def gqa_context(p: Tensor, v: Tensor) -> Tensor: ...
 
 
 @function
+def dense_packed(x: Tensor, w: Tensor, block: i64Like) -> Tensor: ...
+
+
+@function
+def merged_dense_packed(
+    x: Tensor, wcat: Tensor, block: i64Like, begin: i64Like, end: i64Like
+) -> Tensor: ...
+
+
+@function
 def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
     """Static shape of a tensor e-class (absent for symbolic shapes and tuples)."""
 
@@ -252,7 +273,7 @@ def order(t: Tensor) -> i64:  # type: ignore[empty-body]
 
 # Which rewrite family introduces each rewritten constructor (the others are in the
 # input program already).  ``merged_dense`` is "merge"; the extracted term says which
-# merge (three or two weights).
+# merge (three or two weights).  A packed merged part is a merge and a layout choice.
 REWRITE_NODES: dict[str, str] = {
     "dense": "transpose_fold",
     "merged_dense": "merge",
@@ -265,7 +286,13 @@ REWRITE_NODES: dict[str, str] = {
     "rms_norm_dense": "prologue_rms_norm",
     "gqa_scores": "gqa_attention",
     "gqa_context": "gqa_attention",
+    "dense_packed": "weight_layout",
+    "merged_dense_packed": "merge",  # also "weight_layout" (see PACKED_NODES)
 }
+
+PACKED_NODES: frozenset[str] = frozenset({"dense_packed", "merged_dense_packed"})
+"""Constructors that read a packed weight: rewrite family ``weight_layout`` (besides
+their own family in :data:`REWRITE_NODES`)."""
 
 NODE_NAMES: frozenset[str] = frozenset(
     "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "

@@ -15,6 +15,11 @@ arguments; the rewritten constructors become kernels:
 - ``rms_norm``: ``relax.op.nn.rms_norm`` over the last axis; ``rms_norm_dense``: one TE
   PrimFunc, the row statistics then the GEMM with the norm applied to its operand;
 - ``square``, ``mean_last``, ``rsqrt``: the Relax ops they were translated from;
+- ``dense_packed(x, W, b)``: ``W`` packed by ``relax.op.reshape`` and
+  ``relax.op.permute_dims`` into ``[N / b, K, b]`` (work on a weight alone, which
+  :func:`tuner.compile.prepare_weights` moves out of the per-run function), then one TE
+  PrimFunc reading the packed weight; ``merged_dense_packed`` parts: the packed merged
+  GEMM, split as above;
 - ``repeat_heads(k, n)``: ``relax.op.repeat(k, n, axis=1)`` (the repeated copy);
   ``gqa_scores`` and ``gqa_context``: one TE PrimFunc each, a batched GEMM that reads
   head ``h // n`` of the unrepeated K or V.
@@ -109,6 +114,7 @@ class _Lowerer:
         self.params = params
         self.memo: dict[Any, Any] = {}
         self.splits: dict[Any, tuple[Any, Any, list[int]]] = {}
+        self.packs: dict[Any, Any] = {}
 
     def value(self, term: Any, root: bool = False) -> Any:
         """The Relax expression of ``term`` (emitted once per distinct subterm)."""
@@ -168,6 +174,13 @@ class _Lowerer:
             return bb.emit_te(dense_te, v[0], v[1], primfunc_name_hint="dense")
         if name == "merged_dense":
             return self._merged_part(args, v[0], v[1], None, _lit(args[2]), _lit(args[3]))
+        if name == "dense_packed":
+            packed = self._packed(args[1], _lit(args[2]))
+            return bb.emit_te(dense_packed_te, v[0], packed, primfunc_name_hint="dense_packed")
+        if name == "merged_dense_packed":
+            return self._merged_part(
+                args, v[0], v[1], None, _lit(args[3]), _lit(args[4]), block=_lit(args[2])
+            )
         if name == "merged_dense_bias":
             return self._merged_part(args, v[0], v[1], v[2], _lit(args[3]), _lit(args[4]))
         if name == "dense_bias":
@@ -230,16 +243,32 @@ class _Lowerer:
         args = [fill(t) for t in spec.args]
         return self.bb.emit(relax.Call(spec.op, args, spec.attrs, list(spec.ty_args)))
 
+    def _packed(self, weight: Any, block: int) -> Any:
+        """The weight term's value ``[N, K]`` packed into ``[N / block, K, block]``
+        (emitted once per weight and block)."""
+        key = (weight.__egg_typed_expr__, block)
+        if key not in self.packs:
+            w = self.memo[weight.__egg_typed_expr__]
+            rows, cols = static_shape(w.ty)
+            blocks = self.bb.emit(relax.op.reshape(w, [rows // block, block, cols]))
+            self.packs[key] = self.bb.emit(relax.op.permute_dims(blocks, [0, 2, 1]))
+        return self.packs[key]
+
     def _merged_part(
-        self, args: tuple, x: Any, wcat: Any, bcat: Any, begin: int, end: int
+        self, args: tuple, x: Any, wcat: Any, bcat: Any, begin: int, end: int,
+        block: int | None = None,
     ) -> Any:
-        """One part of a merged GEMM (biased when ``bcat`` is given): the whole GEMM and
-        split are emitted once."""
-        group = tuple(a.__egg_typed_expr__ for a in args[: 2 if bcat is None else 3])
+        """One part of a merged GEMM (biased when ``bcat`` is given, from the weight packed
+        in blocks of ``block`` rows when given): the whole GEMM and split are emitted once."""
+        group = tuple(a.__egg_typed_expr__ for a in args[: 2 if bcat is None else 3]) + (block,)
         if group not in self.splits:
             weights = node_args(node_args(args[1])[0]) if node_name(args[1]) == "concat" else ()
             rows = [static_shape(self.memo[w.__egg_typed_expr__].ty) for w in weights]
-            if bcat is None:
+            if block is not None:
+                product = self.bb.emit_te(
+                    dense_packed_te, x, self._packed(args[1], block), primfunc_name_hint="dense_packed"
+                )
+            elif bcat is None:
                 product = self.bb.emit_te(dense_te, x, wcat, primfunc_name_hint="dense")
             else:
                 product = self.bb.emit_te(
@@ -342,6 +371,22 @@ def _gemm(x: te.Tensor, w: te.Tensor, name: str) -> te.Tensor:
 def dense_te(x: te.Tensor, w: te.Tensor) -> te.Tensor:
     """TE of ``dense``: ``x [..., K]``, ``w [N, K]`` -> ``[..., N]`` in ``x``'s dtype."""
     return _gemm(x, w, "dense")
+
+
+def dense_packed_te(x: te.Tensor, wp: te.Tensor) -> te.Tensor:
+    """TE of ``dense_packed``: ``x [..., K]``, ``wp [N / b, K, b]`` -> ``[..., N]``.
+
+    ``out[..., n] = sum_k x[..., k] * wp[n // b, k, n % b]``, where ``wp`` is ``W [N, K]``
+    packed as ``wp[i, k, j] = W[i * b + j, k]`` (the blocked layout of TVM's CPU GEMM
+    schedules: each block of ``b`` outputs streams one contiguous ``K x b`` panel).
+    """
+    block = wp.shape[2]
+    k = te.reduce_axis((0, x.shape[-1]), name="k")
+    return te.compute(
+        (*x.shape[:-1], wp.shape[0] * block),
+        lambda *i: te.sum(x[(*i[:-1], k)] * wp[i[-1] // block, k, i[-1] % block], axis=k),
+        name="dense_packed",
+    )
 
 
 def dense_add_te(x: te.Tensor, w: te.Tensor, r: te.Tensor) -> te.Tensor:

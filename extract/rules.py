@@ -35,6 +35,10 @@ ruleset                rewrite
                        ``gqa_scores(q, k)`` and ``p @ repeat_heads(v, n)`` ->
                        ``gqa_context(p, v)`` when ``H = KV * n`` and ``B``, ``D`` agree,
                        also through the frontend's reshapes to ``[B * H, ., .]``
+``weight_layout``      ``dense(x, W)`` -> ``dense_packed(x, W, b)`` when ``W`` is a
+                       2-D weight of ``N`` rows, ``N % b == 0``; and each part of a
+                       merged GEMM -> its ``merged_dense_packed`` (``b`` is
+                       :data:`PACK_BLOCK`)
 =====================  ===============================================================
 
 Merges need weights (values with an :func:`~extract.lang.order`) and list them in
@@ -66,6 +70,7 @@ from .lang import (
     dense,
     dense_add,
     dense_bias,
+    dense_packed,
     dtype,
     gqa_context,
     gqa_scores,
@@ -73,6 +78,7 @@ from .lang import (
     mean_last,
     merged_dense,
     merged_dense_bias,
+    merged_dense_packed,
     multiply,
     order,
     permute_dims,
@@ -88,7 +94,7 @@ from .lang import (
     square,
 )
 
-__all__ = ["ANALYSIS", "FAMILIES", "RULESETS", "merge_rules"]
+__all__ = ["ANALYSIS", "FAMILIES", "PACK_BLOCK", "RULESETS", "merge_rules"]
 
 a, b, d, e, g, r, t, w, w2, x = vars_("a b d e g r t w w2 x", Tensor)
 s, s2, sa, sw = vars_("s s2 sa sw", Vec[i64])
@@ -369,6 +375,28 @@ def _gqa_attention() -> list:
     ]
 
 
+PACK_BLOCK = 16
+"""Rows per block of a packed weight ``[N / b, K, b]``: 16 float32 values are one 512-bit
+vector (AVX-512), so a packed GEMM's inner loop reads each weight block as contiguous
+vector loads, one stream per block, instead of ``b`` rows ``4 K`` bytes apart."""
+
+
+def _weight_layout() -> list:
+    # Packing is free only for weights: their layout changes once, when the program is
+    # prepared (LiftTransformParams), not on every run.  Merged weights are concats of
+    # weights (the merge rules only concatenate weights).
+    blk = i64(PACK_BLOCK)
+    two_d = [eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), eq(sw[0] % blk).to(i64(0))]
+    return [
+        rule(eq(t).to(dense(x, w)), eq(var("wo", i64)).to(order(w)), *two_d).then(
+            union(t).with_(dense_packed(x, w, blk))
+        ),
+        rule(eq(t).to(merged_dense(x, w, begin, end)), *two_d).then(
+            union(t).with_(merged_dense_packed(x, w, blk, begin, end))
+        ),
+    ]
+
+
 _TABLE: dict[str, list] = {
     "transpose_fold": _TRANSPOSE_FOLD,
     "silu": _SILU,
@@ -381,6 +409,7 @@ _TABLE: dict[str, list] = {
     "rms_norm": _rms_norm(),
     "prologue_rms_norm": _PROLOGUE_RMS_NORM,
     "gqa_attention": _gqa_attention(),
+    "weight_layout": _weight_layout(),
 }
 
 FAMILIES: tuple[str, ...] = tuple(_TABLE)

@@ -46,8 +46,8 @@ def counts(term) -> Counter:
     found: Counter = Counter()
     for sub in subterms(term):
         name = node_name(sub)
-        if name == "merged_dense":
-            name = f"merged_dense/{len(node_args(node_args(node_args(sub)[1])[0]))}"
+        if name in ("merged_dense", "merged_dense_packed"):
+            name = f"{name}/{len(node_args(node_args(node_args(sub)[1])[0]))}"
         elif name == "permute_dims" and node_name(node_args(sub)[0]) == "Tensor.var":
             name = "permute_dims(weight)"
         found[name] += 1
@@ -107,7 +107,9 @@ def test_every_ruleset_fires(exploration):
 EXPECTED = {
     "none": {"matmul": 9, "permute_dims(weight)": 7, "dense": 0, "merged_dense/3": 0},
     "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7, "repeat_heads": 2},
-    "merge": {"dense": 2, "merged_dense/3": 3, "merged_dense/2": 2, "concat": 2},
+    # merged GEMMs, and every GEMM on a weight packed (the default costs prefer packed)
+    "merge": {"dense": 0, "dense_packed": 2, "merged_dense_packed/3": 3, "merged_dense_packed/2": 2,
+              "merged_dense/3": 0, "concat": 2},
     "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0},
     # the default costs prefer the input norm as prologue of Q, K and V to merging them
     "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
@@ -230,25 +232,31 @@ def _priced(expensive: set[str]):
 
 STEERING = [
     (set(), {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2}),
-    ({"rms_norm_dense"}, {"rms_norm_dense": 0, "merged_dense/3": 3, "silu_mul_dense": 1}),
+    ({"rms_norm_dense"}, {"rms_norm_dense": 0, "merged_dense_packed/3": 3, "silu_mul_dense": 1}),
     (
-        {"merged_dense", "rms_norm_dense"},
-        {"merged_dense/3": 0, "merged_dense/2": 0, "dense": 3, "silu_mul_dense": 1},
+        {"merged_dense", "merged_dense_packed", "rms_norm_dense"},
+        {"merged_dense_packed/3": 0, "merged_dense_packed/2": 0, "dense_packed": 3, "silu_mul_dense": 1},
+    ),
+    (
+        {"dense_packed", "merged_dense_packed", "merged_dense", "rms_norm_dense"},
+        {"merged_dense/3": 0, "merged_dense_packed/3": 0, "dense": 3, "silu_mul_dense": 1},
     ),
     (
         {"silu_mul_dense", "dense_add", "rms_norm_dense"},
-        {"silu_mul_dense": 0, "dense_add": 0, "merged_dense/3": 3, "merged_dense/2": 2},
+        {"silu_mul_dense": 0, "dense_add": 0, "merged_dense_packed/3": 3, "merged_dense_packed/2": 2},
     ),
     (
-        {"dense", "merged_dense", "silu_mul_dense", "dense_add", "rms_norm_dense", "gqa_scores",
-         "gqa_context"},
+        {"dense", "merged_dense", "dense_packed", "merged_dense_packed", "silu_mul_dense", "dense_add",
+         "rms_norm_dense", "gqa_scores", "gqa_context"},
         {"dense": 0, "matmul": 9, "merged_dense/3": 0},
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("expensive", "expected"), STEERING, ids=["default", "prologue", "merges", "fusions", "all"]
+    ("expensive", "expected"),
+    STEERING,
+    ids=["default", "prologue", "merges", "packing", "fusions", "all"],
 )
 def test_node_cost_steers_extract_best(exploration, expensive, expected):
     best = exploration.extract_best(_priced(expensive))
@@ -266,7 +274,7 @@ def test_exact_extraction_is_never_worse_than_greedy(model, exploration, expensi
     assert exact.candidate.cost <= greedy.cost + 1e-9  # ties within a nanosecond
     if not expensive:  # shared subterms: one merged Q/K/V GEMM beats three norm prologues
         assert exact.candidate.cost < greedy.cost
-        assert counts(exact.candidate.term)["merged_dense/3"] == 3
+        assert counts(exact.candidate.term)["merged_dense_packed/3"] == 3
         assert check_equivalent(model.mod, exact.candidate.mod, inputs(model)) <= 1e-4
 
 
@@ -358,3 +366,26 @@ def test_gqa_kernels_match_repeated_heads(group):
     got_scores, got_context = run_module(bb.finalize(), [q, k, v, p])
     np.testing.assert_allclose(got_scores, q @ np.repeat(k, group, axis=1).transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_context, p @ np.repeat(v, group, axis=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape", [(1, 64), (1, 3, 64)])
+def test_packed_dense_matches_the_stored_layout(x_shape):
+    """``dense_packed`` on ``W`` packed into ``[N / b, K, b]`` (by the lowering's own reshape
+    and transpose) computes ``x @ W^T``."""
+    from extract.lowering import dense_packed_te
+    from extract.rules import PACK_BLOCK
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype("float32")
+    w = rng.standard_normal((3 * PACK_BLOCK, 64)).astype("float32")
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    wv = relax.Var("w", relax.TensorType(w.shape, "float32"))
+    with bb.function("main", [xv, wv]):
+        with bb.dataflow():
+            blocks = bb.emit(relax.op.reshape(wv, [3, PACK_BLOCK, 64]))
+            packed = bb.emit(relax.op.permute_dims(blocks, [0, 2, 1]))
+            gv = bb.emit_output(bb.emit_te(dense_packed_te, xv, packed))
+        bb.emit_func_output(gv)
+    (got,) = run_module(bb.finalize(), [x, w])
+    np.testing.assert_allclose(got, x @ w.T, rtol=1e-5, atol=1e-5)

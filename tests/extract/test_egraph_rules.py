@@ -12,6 +12,7 @@ from extract.lang import (
     dense,
     dense_add,
     dense_bias,
+    dense_packed,
     dtype,
     gqa_context,
     gqa_scores,
@@ -19,6 +20,7 @@ from extract.lang import (
     mean_last,
     merged_dense,
     merged_dense_bias,
+    merged_dense_packed,
     multiply,
     order,
     permute_dims,
@@ -33,7 +35,7 @@ from extract.lang import (
     silu_mul_dense,
     square,
 )
-from extract.rules import ANALYSIS, FAMILIES, RULESETS
+from extract.rules import ANALYSIS, FAMILIES, PACK_BLOCK, RULESETS
 from extract.translate import shape_vec
 
 F32, F16 = "float32", "float16"
@@ -223,6 +225,17 @@ def gqa_case(
     return egraph([matmul(a, b)], fa, fkv), gqa_scores if kind == "scores" else gqa_context
 
 
+def packing_case(rows=64, weight=True, merged=False):
+    """``dense(x, W)`` on a weight of ``rows`` rows (a merge of it and another weight of
+    ``rows`` rows when ``merged``); ``weight=False`` makes ``W`` an activation."""
+    counts = (rows, rows) if merged else (rows,)
+    _, _, denses, facts = x_and_weights(dts=(F32,) * len(counts), rows=counts, weights=weight)
+    eg = egraph(denses, facts)
+    if merged:
+        saturate_family(eg, "merge_pair")
+    return eg, merged_dense_packed if merged else dense_packed
+
+
 CASES = [
     # (family, case, builder, whether the rewrite must appear)
     ("transpose_fold", "x @ permute_dims(W, [1, 0])", lambda: fold(), True),
@@ -292,6 +305,16 @@ CASES = [
         "gqa_attention",
         "flattened in another order",
         lambda: gqa_case(flat=True, q_rows=(SEQ, 4)),
+        False,
+    ),
+    ("weight_layout", "x @ W^T, N a multiple of the block", lambda: packing_case(), True),
+    ("weight_layout", "N not a multiple of the block", lambda: packing_case(rows=72), False),
+    ("weight_layout", "W an activation, not a weight", lambda: packing_case(weight=False), False),
+    ("weight_layout", "a part of a merged GEMM", lambda: packing_case(merged=True), True),
+    (
+        "weight_layout",
+        "merged rows not a multiple of the block",
+        lambda: packing_case(rows=36, merged=True),
         False,
     ),
 ]
@@ -394,3 +417,21 @@ def test_gqa_rewrite_keeps_the_product_shape():
 
 def test_every_family_has_cases():
     assert {f for f, *_ in CASES} | {"reshape"} == set(FAMILIES)
+
+
+def test_packed_gemms_join_the_e_class_of_the_product():
+    """A packed GEMM is another way to compute the same value: same e-class, same shape."""
+    eg, _ = packing_case(merged=True)
+    saturate_family(eg, "weight_layout")
+    x, w0, w1 = Tensor.var("x"), Tensor.var("w0"), Tensor.var("w1")
+    wcat = concat(Vec[Tensor](w0, w1))
+    eg.check(
+        eq(dense(x, w0)).to(merged_dense_packed(x, wcat, i64(PACK_BLOCK), i64(0), i64(64))),
+        eq(dense(x, w1)).to(merged_dense_packed(x, wcat, i64(PACK_BLOCK), i64(64), i64(128))),
+        eq(shape(merged_dense_packed(x, wcat, i64(PACK_BLOCK), i64(64), i64(128)))).to(
+            shape_vec((8, 64))
+        ),
+    )
+    eg2, _ = packing_case()
+    saturate_family(eg2, "weight_layout")
+    eg2.check(eq(dense(x, w0)).to(dense_packed(x, w0, i64(PACK_BLOCK))))

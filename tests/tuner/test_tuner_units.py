@@ -152,7 +152,7 @@ def test_progress_says_why_a_search_stopped_early_only_when_it_measured_somethin
 
 
 def test_prepared_weights_run_once_and_keep_the_outputs():
-    """A merged candidate's weight concatenations and transposes leave ``main``: its
+    """A merged candidate's weight concatenations, transposes and packs leave ``main``: its
     kernels are the per-run ones, and ``transform_weights`` then ``main`` give the
     original program's outputs."""
     import tvm
@@ -160,6 +160,7 @@ def test_prepared_weights_run_once_and_keep_the_outputs():
 
     from extract.egraph import explore
     from extract.equivalence import run_module
+    from extract.rules import PACK_BLOCK
     from tuner.compile import TRANSFORM_WEIGHTS, prepare_weights, prepared_inputs
 
     model = load_model("qwen3-tiny", stage="decode", kv_len=4)
@@ -175,6 +176,9 @@ def test_prepared_weights_run_once_and_keep_the_outputs():
 
     vm = relax.VirtualMachine(relax.build(prepared, target="llvm"), tvm.cpu())
     weights = vm[TRANSFORM_WEIGHTS](*[tvm.runtime.tensor(w) for w in model.params])
+    # the GEMM weights (merged Q/K/V, o, merged gate/up, down) are packed once, not per run
+    assert [tuple(w.shape)[2:] for w in weights].count((PACK_BLOCK,)) == 4
+    assert merged.mod["main"].script().count("R.permute_dims") - prepared["main"].script().count("R.permute_dims") == 4
     got = vm["main"](*[tvm.runtime.tensor(a) for a in model.inputs], *weights)
     expected = run_module(model.mod, [*model.inputs, *model.params])
     for out, ref in zip(got, expected, strict=True):
