@@ -9,7 +9,8 @@ on the worker) of those inputs and output buffers, check the outputs against the
 reference, then time it with TVM's ``time_evaluator``: one warm-up call, then
 ``repeat`` repeats, each after a CPU cache flush and each ``number`` calls long,
 ``number`` raised until a repeat lasts at least ``min_repeat_ms`` (TVM's
-``WrapTimeEvaluator``). When the coefficient of variation of a round's repeats is
+``WrapTimeEvaluator``); a kernel whose arguments after the first reach ``cold_bytes``
+is timed one call per flushed repeat instead (see :class:`MeasureConfig`). When the coefficient of variation of a round's repeats is
 over ``max_cv`` the candidate is timed again, at most ``remeasure`` times; every
 repeat time is kept.
 
@@ -188,16 +189,31 @@ def _check_and_time(session, name: str, artifact: str, device_type: str, uploade
     dev.sync()
     for k, expected in enumerate(reference.arrays[n_in:]):
         _check_output(k, args[n_in + k].numpy(), expected, config)
-    evaluator = lib.time_evaluator(
-        lib.entry_name, dev, number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
-        f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush and device_type == "cpu" else "",
-    )
+    evaluator = lib.time_evaluator(lib.entry_name, dev, **timing(config, device_type, reference))
     for _ in range(1 + config.remeasure):
         times = [float(t) for t in evaluator(*args).results]
         out["times_s"] += times
         out["rounds"] += 1
         if coefficient_of_variation(times) <= config.max_cv:
             break
+
+
+def timing(config: MeasureConfig, device_type: str, reference: KernelReference) -> dict:
+    """``time_evaluator``'s keyword arguments for one kernel under ``config``.
+
+    ``number``, ``repeat``, ``min_repeat_ms`` and ``f_preproc`` (the cache flush, on a
+    CPU only); a kernel whose arguments after the first (``reference.arrays[1:]``, inputs
+    and outputs) take at least ``config.cold_bytes`` bytes gets one call per repeat and
+    no ``min_repeat_ms``, so each timed call follows a flush.
+    """
+    flush = config.cache_flush and device_type == "cpu"
+    cold = flush and sum(a.nbytes for a in reference.arrays[1:]) >= config.cold_bytes
+    return {
+        "number": 1 if cold else config.number,
+        "repeat": config.repeat,
+        "min_repeat_ms": 0 if cold else config.min_repeat_ms,
+        "f_preproc": "cache_flush_cpu_non_first_arg" if flush else "",
+    }
 
 
 def _check_output(k: int, got: np.ndarray, expected: np.ndarray, config: MeasureConfig) -> None:

@@ -27,7 +27,16 @@ class MeasureConfig:
     timeout_s : float
         Seconds allowed for one candidate's build, and separately for its run.
     cache_flush : bool
-        Flush the CPU cache between repeats (TVM's ``cache_flush_cpu_non_first_arg``).
+        Flush the CPU cache between repeats (TVM's ``cache_flush_cpu_non_first_arg``:
+        every argument but the first).
+    cold_bytes : int
+        A kernel whose arguments after the first take at least this many bytes is timed
+        cold: one call per repeat, each right after the flush (``number`` 1, no
+        ``min_repeat_ms``). Inside a layer such a kernel meets its weights after the
+        rest of the layer has pushed them out of the cache; calls repeated back to back
+        would find them in the last-level cache and time it too fast (a decode
+        projection 1.3 to 2 times too fast on a CPU with a 32 MiB L3). Only with
+        ``cache_flush`` on a CPU; 0 times every kernel cold.
     rtol, atol : float
         Tolerances of the correctness check against the reference outputs:
         ``|out - ref| <= atol + rtol * |ref|`` elementwise.
@@ -48,6 +57,7 @@ class MeasureConfig:
     min_repeat_ms: int = 20
     timeout_s: float = 60.0
     cache_flush: bool = True
+    cold_bytes: int = 1 << 20
     rtol: float = 1e-3
     atol: float = 1e-3
     max_cv: float = 0.1
@@ -59,6 +69,8 @@ class MeasureConfig:
         for name in ("number", "repeat"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.cold_bytes < 0:
+            raise ValueError(f"--cold-bytes must not be negative, got {self.cold_bytes}")
         if self.min_repeat_ms < 0:
             raise ValueError(f"--min-repeat-ms must not be negative, got {self.min_repeat_ms}")
         if self.timeout_s <= 0:

@@ -79,6 +79,7 @@ class RunOptions:
     number: int = 1
     repeat: int = 5
     min_repeat_ms: int = 20
+    cold_bytes: int = 1 << 20
     timeout_s: float = 60.0
     max_cv: float = 0.1
     device_wait_s: float = 120.0
@@ -177,6 +178,7 @@ class TuneRun:
             number=options.number,
             repeat=options.repeat,
             min_repeat_ms=options.min_repeat_ms,
+            cold_bytes=options.cold_bytes,
             timeout_s=options.timeout_s,
             max_cv=options.max_cv,
             device_wait_s=options.device_wait_s,

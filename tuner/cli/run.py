@@ -23,6 +23,7 @@ def run_command(
     number: Annotated[int, typer.Option(help="Runs per repeat (raised until a repeat lasts --min-repeat-ms).")] = 1,
     repeat: Annotated[int, typer.Option(help="Repeats per measurement; all are stored.")] = 5,
     min_repeat_ms: Annotated[int, typer.Option("--min-repeat-ms", help="Minimum duration of one repeat in ms.")] = 20,
+    cold_bytes: Annotated[int, typer.Option("--cold-bytes", help="Kernels whose arguments after the first take at least this many bytes are timed one call per repeat, right after a cache flush (0: every kernel).")] = 1 << 20,
     timeout: Annotated[float, typer.Option(help="Seconds allowed for one build and for one run.")] = 60.0,
     max_cv: Annotated[float, typer.Option("--max-cv", help="Coefficient of variation of the repeats above which a measurement is timed again.")] = 0.1,
     device_wait: Annotated[float, typer.Option("--device-wait", help="Seconds a candidate may wait for a free worker (not counted in --timeout).")] = 120.0,
@@ -50,7 +51,7 @@ def run_command(
     options = RunOptions(
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
-        min_repeat_ms=min_repeat_ms, timeout_s=timeout, max_candidates=candidates, measure_top=measure_top,
+        min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates, measure_top=measure_top,
         batch_size=batch_size, seed=seed, artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait,
         retries=retries,
     )
