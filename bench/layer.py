@@ -155,7 +155,7 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
                                 os.path.join(os.environ["BENCH_WORK_DIR"], f"layer-{stage}.db"))
             per_stage[stage] = {"ours_s": ours, "torch_eager_s": torch_s, "metaschedule_s": ms_s,
                                 "trials": summary.measured_trials, "rewrites": summary.graph["rewrites"],
-                                "kernels": kernels}
+                                "priced_s": summary.graph["predicted_latency_s"], "kernels": kernels}
             for anchor_name, anchor in (("PyTorch eager", torch_s), ("MetaSchedule tune_relax", ms_s)):
                 goal = GOALS.get((stage, anchor_name))
                 what = f"{stage} layer latency (s), speed-up over {anchor_name}"
@@ -171,12 +171,16 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
         f"Roofline of this machine: {fmt(roofline.peak_flops_per_s / 1e9)} GFLOP/s, "
         f"{fmt(roofline.bandwidth_bytes_per_s / 1e9)} GB/s (measured in this run).",
         "Medians of repeats; the machine may be shared and loaded (see the load average).",
+        "A kernel's fraction of roofline can pass 1 when it mostly reads (a GEMV streaming its weight): "
+        "the bandwidth is STREAM copy's, which counts one read and one write per element, not the "
+        "write-allocate read a copy also causes.",
     ]
     for stage, data in per_stage.items():
         top = ", ".join(f"{k['kernel']} {k['share']:.0%} ({fmt(k['roofline_fraction'], 2)} of roofline)"
                         for k in data["kernels"][:6])
         result.notes.append(f"{stage}: rewrites {'+'.join(data['rewrites']) or 'none'}; "
-                            f"{data['trials']} trials; kernels by share of time: {top}.")
+                            f"{data['trials']} trials; priced {fmt(data['priced_s'])} s from its kernels' "
+                            f"measurements, {fmt(data['ours_s'])} s end to end; kernels by share of time: {top}.")
     result.plot = {"kind": "ratios", "stages": per_stage}
     result.seconds = time.time() - start
     return result
