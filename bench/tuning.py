@@ -78,6 +78,34 @@ def matmul_kernel(shape: MatmulShape) -> Kernel:
     return kernel
 
 
+def packed_kernel(shape: MatmulShape) -> Kernel:
+    """The kernel our e-graph emits for the projection on a packed weight (rule ``weight_layout``).
+
+    ``dense_packed``: ``x [M, K]`` times the weight packed once into ``[N / b, K, b]``
+    (:func:`pack_weight`, ``b`` = :data:`extract.rules.PACK_BLOCK`) -> ``[M, N]``.
+    """
+    from extract.lowering import dense_packed_te
+    from extract.rules import PACK_BLOCK
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((shape.m, shape.k), "float32"))
+    w = relax.Var("w", relax.TensorType((shape.n // PACK_BLOCK, shape.k, PACK_BLOCK), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit_te(dense_packed_te, x, w, primfunc_name_hint="dense_packed"))
+        bb.emit_func_output(out)
+    (kernel,) = kernels_of(lower_to_kernels(bb.get()))
+    return kernel
+
+
+def pack_weight(w: np.ndarray) -> np.ndarray:
+    """``w [K, N]`` (``x @ w``) in the packed layout ``[N / b, K, b]`` that :func:`packed_kernel` reads."""
+    from extract.rules import PACK_BLOCK
+
+    k, n = w.shape
+    return np.ascontiguousarray(w.reshape(k, n // PACK_BLOCK, PACK_BLOCK).transpose(1, 0, 2))
+
+
 @dataclass(frozen=True)
 class Trial:
     """One measurement in the order it was made: its candidate and median time (None: failed)."""
@@ -233,11 +261,15 @@ def _llc_bytes() -> int:
     return max([s for s in sizes if s > 0] or [32 << 20])
 
 
-def time_tvm(func, data: MatmulData, repeat: int = 7) -> float:
-    """Median seconds of one call of a built kernel (checked against numpy first)."""
+def time_tvm(func, data: MatmulData, repeat: int = 7, packed: bool = False) -> float:
+    """Median seconds of one call of a built kernel (checked against numpy first).
+
+    ``packed``: the kernel reads its weight packed (:func:`packed_kernel`); the packing,
+    done once per weight, is not timed.
+    """
     dev = tvm.cpu()
     x = tvm.runtime.tensor(data.x, dev)
-    ws = [tvm.runtime.tensor(w, dev) for w in data.ws]
+    ws = [tvm.runtime.tensor(pack_weight(w) if packed else w, dev) for w in data.ws]
     out = tvm.runtime.empty((data.shape.m, data.shape.n), "float32", dev)
     func(x, ws[0], out)
     np.testing.assert_allclose(out.numpy(), data.expected, rtol=1e-3, atol=1e-3)
