@@ -46,6 +46,8 @@ from .rules import FAMILIES
 from .saturate import ProgramEGraph, recursion_room
 
 __all__ = [
+    "DEFAULT_BYTES_PER_S",
+    "DEFAULT_FLOPS_PER_S",
     "STRATEGIES",
     "CandidateGraph",
     "LatencyCostModel",
@@ -99,8 +101,10 @@ weights cold); a quarter is a conservative share of that."""
 
 # Default latency model: a kernel launch plus the larger of memory and compute time.
 _LAUNCH_S = 2e-6
-_BYTES_PER_S = 20e9
-_FLOPS_PER_S = 100e9
+DEFAULT_BYTES_PER_S = 20e9
+"""Memory bandwidth (bytes/s) of the default latency model: a nominal CPU, not a measurement."""
+DEFAULT_FLOPS_PER_S = 100e9
+"""Peak FLOP/s of the default latency model: a nominal CPU, not a measurement."""
 
 
 def default_node_cost(
@@ -127,8 +131,8 @@ def default_node_cost(
     x_shape = arg_shapes[0] if arg_shapes else None
     if op_name in _GEMMS and x_shape:
         flops = 2.0 * _GEMMS[op_name] * out * x_shape[-1]
-    bandwidth = _BYTES_PER_S * (PACKED_BANDWIDTH_GAIN if op_name in PACKED_NODES else 1.0)
-    return _LAUNCH_S + max(itemsize * moved / bandwidth, flops / _FLOPS_PER_S)
+    bandwidth = DEFAULT_BYTES_PER_S * (PACKED_BANDWIDTH_GAIN if op_name in PACKED_NODES else 1.0)
+    return _LAUNCH_S + max(itemsize * moved / bandwidth, flops / DEFAULT_FLOPS_PER_S)
 
 
 @dataclass(frozen=True)

@@ -95,15 +95,16 @@ def _host_roofline() -> RooflineCostModel:
     return RooflineCostModel.measured()
 
 
-def price_programs(db, graphs, spaces, target_hash: str, trainer
+def price_programs(db, graphs, spaces, target_hash: str, trainer, known: dict[str, KernelChoice] | None = None
                    ) -> tuple[dict[str, float], dict[str, KernelChoice]]:
     """Price of each candidate program (term hash -> seconds) and each kernel's choice (workload hash -> choice).
 
     ``graphs`` holds (candidate, fused module, kernels) triples; a kernel shared by
-    several programs is chosen once.
+    several programs is chosen once. Choices in ``known`` (from an earlier call, for
+    kernels measured no further since) are reused.
     """
     prices: dict[str, float] = {}
-    choices: dict[str, KernelChoice] = {}
+    choices: dict[str, KernelChoice] = dict(known or {})
     for cand, _, kernels in graphs:
         total = 0.0
         for k in kernels:

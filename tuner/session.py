@@ -29,6 +29,7 @@ from database.session import display_url
 from extract import load_model
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
+from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
 from measure import (
     LOCAL_KEY,
     Builder,
@@ -53,7 +54,9 @@ from .compile import (
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .measuring import BatchMeasurer
 from .model_store import load_warm_model, save_model
+from .node_prices import KernelNodeCost, calibrated_roofline
 from .progress import Progress
+from .roofline_model import RooflineCostModel
 from .search import ModelTrainer, SearchConfig, tune_kernel
 from .space import ScheduleSpace
 
@@ -85,6 +88,7 @@ class RunOptions:
     device_wait_s: float = 120.0
     retries: int = 2
     max_candidates: int = 4
+    reprice: bool = True
     measure_top: int = 2
     batch_size: int = 8
     seed: int = 0
@@ -269,29 +273,10 @@ class TuneRun:
         graphs = []
         cand_info = []
         for cand in exploration.candidates:
-            with self.progress.status(f"checking candidate {cand.term_hash[:10]} numerically"):
-                try:
-                    err = check_equivalent(model.mod, cand.mod, example)
-                except CandidateMismatch as mismatch:
-                    cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "error": str(mismatch)})
-                    self.progress.note(f"candidate {cand.term_hash[:10]} dropped: {mismatch}")
-                    continue
-            self._check_stop()
-            fused = lower_to_kernels(prepare_weights(cand.mod))
-            kernels = kernels_of(fused)
-            graphs.append((cand, fused, kernels))
-            cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "max_abs_error": err,
-                              "kernels": len(kernels)})
-            db.add_graph_candidate(GraphCandidateRecord(
-                model.model_hash, cand.term_text, tuple(k.workload.workload_hash for k in kernels)))
+            self._add_candidate(db, model, example, cand, graphs, cand_info)
         if not graphs:
             raise TuneError("no candidate program matched the original numerically")
-        workloads: dict[str, Kernel] = {}
-        for _, _, kernels in graphs:
-            for k in kernels:
-                workloads.setdefault(k.workload.workload_hash, k)
-        for k in workloads.values():
-            db.add_workload(k.workload)
+        workloads = self._workloads(db, graphs, {})
         self.progress.note(f"{len(graphs)} candidate programs, {len(workloads)} distinct workloads")
 
         warm = load_warm_model(db, target_rec.target_hash)
@@ -304,9 +289,10 @@ class TuneRun:
             builder = Builder(target, timeout_s=o.timeout_s)
             runner = Runner(tracker, key, self.measure_config)
             measurer = BatchMeasurer(db, builder, runner, target_rec, session_id, self._check_stop)
-            try:
-                self.progress.start_tuning(len(workloads) * o.trials)
-                for h, kernel in sorted(workloads.items(), key=lambda kv: -kv[1].workload.flops):
+
+            def tune(todo: dict[str, Kernel]) -> None:
+                self.progress.start_tuning(len(todo) * o.trials)
+                for h, kernel in sorted(todo.items(), key=lambda kv: -kv[1].workload.flops):
                     outcome = self._tune_workload(db, kernel, spaces[h], target_rec, trainer, measurer)
                     new_trials[h] = outcome.measured_now
                     if spaces[h].space_note:
@@ -314,13 +300,27 @@ class TuneRun:
                     self.progress.kernel_done(_label(kernel), outcome.stop_reason, spaces[h].space_error,
                                               outcome.measured_now,
                                               o.trials - outcome.measured_now)
+
+            try:
+                tune(workloads)
+                # Extraction again, each GEMM-like e-node priced by its tuned kernel: a program
+                # that mixes what each candidate did best; its new kernels are tuned too.
+                known = None
+                if o.reprice:
+                    added, known = self._add_repriced(db, model, example, exploration, graphs, cand_info, spaces,
+                                                      target_rec, trainer)
+                    if added:
+                        new = self._workloads(db, graphs[-1:], workloads)
+                        spaces.update({h: ScheduleSpace(k.func, h, target, seed=o.seed) for h, k in new.items()})
+                        workloads.update(new)
+                        tune(new)
             finally:
                 builder.close()
                 runner.close()
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
             self._check_stop()
-            ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer)
+            ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer, known)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
             timed, latency, artifact, err = self._compile_and_time(model, target, ranked[:o.measure_top], spaces,
@@ -359,6 +359,61 @@ class TuneRun:
             return _Existing(address, key)
         return _Local(o.key or LOCAL_KEY)
 
+    def _add_candidate(self, db, model, example, cand, graphs: list, cand_info: list) -> bool:
+        """Check ``cand`` against the original; when it matches, lower it and append it to ``graphs``."""
+        with self.progress.status(f"checking candidate {cand.term_hash[:10]} numerically"):
+            try:
+                err = check_equivalent(model.mod, cand.mod, example)
+            except CandidateMismatch as mismatch:
+                cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "error": str(mismatch)})
+                self.progress.note(f"candidate {cand.term_hash[:10]} dropped: {mismatch}")
+                return False
+        self._check_stop()
+        fused = lower_to_kernels(prepare_weights(cand.mod))
+        kernels = kernels_of(fused)
+        graphs.append((cand, fused, kernels))
+        cand_info.append({"term_hash": cand.term_hash, "rewrites": list(cand.rewrites), "max_abs_error": err,
+                          "kernels": len(kernels), "strategy": cand.strategy})
+        db.add_graph_candidate(GraphCandidateRecord(
+            model.model_hash, cand.term_text, tuple(k.workload.workload_hash for k in kernels)))
+        return True
+
+    @staticmethod
+    def _workloads(db, graphs: list, known: dict[str, Kernel]) -> dict[str, Kernel]:
+        """The kernels of ``graphs`` not in ``known``, one per workload, recorded in the database."""
+        new: dict[str, Kernel] = {}
+        for _, _, kernels in graphs:
+            for k in kernels:
+                if k.workload.workload_hash not in known:
+                    new.setdefault(k.workload.workload_hash, k)
+        for k in new.values():
+            db.add_workload(k.workload)
+        return new
+
+    def _add_repriced(self, db, model, example, exploration, graphs, cand_info, spaces, target_rec, trainer):
+        """Extract once more with GEMM-like e-nodes priced by their tuned kernels (:mod:`tuner.node_prices`).
+
+        Appends the program to ``graphs`` when it is new and matches the original. Returns
+        whether it did, and the kernel choices of the programs before it.
+        """
+        _, choices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
+        records = {k.workload.workload_hash: k.workload for _, _, kernels in graphs for k in kernels}
+        tuned = [(records[wh], c.seconds) for wh, c in choices.items()
+                 if c.source == "measured" and records[wh].op_kind == "matmul"]
+        # Nominal peaks, not this machine's measured ones: the same database gives the same
+        # prices, so a rerun extracts the same program (the calibration scales to this machine).
+        nominal = RooflineCostModel(DEFAULT_FLOPS_PER_S, DEFAULT_BYTES_PER_S)
+        cost = KernelNodeCost({wh: c.seconds for wh, c in choices.items()}, calibrated_roofline(tuned, nominal))
+        with self.progress.status("extracting again with tuned kernel prices"):
+            cand = exploration.extract_best(cost)
+        known = {c.term_hash for c, _, _ in graphs}
+        self.progress.note(f"e-graph extracted again, {cost.priced} kinds of GEMM e-node priced by their tuned "
+                           f"kernels, {cost.estimated} estimated: "
+                           + ("a candidate already tuned" if cand.term_hash in known
+                              else f"new program {cand.term_hash[:10]} [{'+'.join(cand.rewrites) or 'original'}]"))
+        added = cand.term_hash not in known and self._add_candidate(db, model, example, cand, graphs, cand_info)
+        return added, choices
+
     def _tune_workload(self, db, kernel, space, target_rec, trainer, measurer):
         wh = kernel.workload.workload_hash
         measured = db.measured_candidates(wh, target_rec.target_hash)
@@ -378,9 +433,11 @@ class TuneRun:
             raise TuneError(f"every candidate of workload {kernel.name} ({wh}) failed: {status}: {error}")
         return outcome
 
-    def _choose(self, db, graphs, spaces, target_rec, trainer):
-        """The candidate programs, cheapest first (see ``tuner.choose``), their prices and the kernels' choices."""
-        prices, choices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
+    def _choose(self, db, graphs, spaces, target_rec, trainer, known=None):
+        """The candidate programs, cheapest first (see ``tuner.choose``), their prices and the kernels' choices.
+
+        ``known``: kernel choices made before, for workloads not tuned since."""
+        prices, choices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer, known)
         sources = {c.source for c in choices.values()}
         if "predicted" in sources:
             self.progress.note("some kernels have no measurement: each is compiled with the schedule the cost model "

@@ -29,6 +29,7 @@ def run_command(
     device_wait: Annotated[float, typer.Option("--device-wait", help="Seconds a candidate may wait for a free worker (not counted in --timeout).")] = 120.0,
     retries: Annotated[int, typer.Option(help="Times a candidate whose worker was lost is retried on another worker.")] = 2,
     candidates: Annotated[int, typer.Option(help="Candidate programs to enumerate from the e-graph.")] = 4,
+    reprice: Annotated[bool, typer.Option("--reprice/--no-reprice", help="After tuning, extract once more with each GEMM-like e-node priced by its tuned kernel, and tune that program too when it is new.")] = True,
     measure_top: Annotated[int, typer.Option("--measure-top", help="Cheapest candidate programs compiled and timed end to end; the fastest is kept.")] = 2,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Candidates measured between cost-model updates.")] = 8,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
@@ -51,7 +52,7 @@ def run_command(
     options = RunOptions(
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
-        min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates, measure_top=measure_top,
+        min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates, reprice=reprice, measure_top=measure_top,
         batch_size=batch_size, seed=seed, artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait,
         retries=retries,
     )
