@@ -88,7 +88,7 @@ class RunOptions:
     device_wait_s: float = 120.0
     retries: int = 2
     max_candidates: int = 4
-    reprice: bool = True
+    reprice: bool = False
     measure_top: int = 2
     batch_size: int = 8
     seed: int = 0

@@ -29,7 +29,7 @@ def run_command(
     device_wait: Annotated[float, typer.Option("--device-wait", help="Seconds a candidate may wait for a free worker (not counted in --timeout).")] = 120.0,
     retries: Annotated[int, typer.Option(help="Times a candidate whose worker was lost is retried on another worker.")] = 2,
     candidates: Annotated[int, typer.Option(help="Candidate programs to enumerate from the e-graph.")] = 4,
-    reprice: Annotated[bool, typer.Option("--reprice/--no-reprice", help="After tuning, extract once more with each GEMM-like e-node priced by its tuned kernel, and tune that program too when it is new.")] = True,
+    reprice: Annotated[bool, typer.Option("--reprice/--no-reprice", help="After tuning, extract once more with each GEMM-like e-node priced by its tuned kernel, and tune that program too when it is new (off by default for now).")] = False,
     measure_top: Annotated[int, typer.Option("--measure-top", help="Cheapest candidate programs compiled and timed end to end; the fastest is kept.")] = 2,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Candidates measured between cost-model updates.")] = 8,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
