@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from database import CandidateRecord, MeasureRecord, TargetRecord, open_database
 from measure import LOCAL_KEY, Builder, LocalRPC, MeasureConfig, Runner
 from measure.tvmapi import apply_trace, host_cpu, make_target, target_json
-from tuner.kernels import Kernel, kernels_of, lower_to_kernels
+from tuner.kernels import Kernel
 from tuner.measuring import BatchMeasurer
 from tuner.model_store import load_warm_model, save_model
+from tuner.node_prices import node_kernel
 from tuner.search import ModelTrainer, SearchConfig, tune_kernel
 from tuner.space import ScheduleSpace
 
@@ -67,15 +67,7 @@ def bench_target(cores: int | None = None) -> tvm.target.Target:
 
 def matmul_kernel(shape: MatmulShape) -> Kernel:
     """The kernel TVM's standard lowering (``tuner.kernels``) makes of one Relax ``matmul``."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((shape.m, shape.k), "float32"))
-    w = relax.Var("w", relax.TensorType((shape.k, shape.n), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.matmul(x, w))
-        bb.emit_func_output(out)
-    (kernel,) = kernels_of(lower_to_kernels(bb.get()))
-    return kernel
+    return node_kernel("matmul", (shape.m, shape.n), "float32", [(shape.m, shape.k), (shape.k, shape.n)])
 
 
 def packed_kernel(shape: MatmulShape) -> Kernel:
@@ -84,18 +76,7 @@ def packed_kernel(shape: MatmulShape) -> Kernel:
     ``dense_packed``: ``x [M, K]`` times the weight packed once into ``[N / b, K, b]``
     (:func:`pack_weight`, ``b`` = :data:`extract.rules.PACK_BLOCK`) -> ``[M, N]``.
     """
-    from extract.lowering import dense_packed_te
-    from extract.rules import PACK_BLOCK
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((shape.m, shape.k), "float32"))
-    w = relax.Var("w", relax.TensorType((shape.n // PACK_BLOCK, shape.k, PACK_BLOCK), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit_te(dense_packed_te, x, w, primfunc_name_hint="dense_packed"))
-        bb.emit_func_output(out)
-    (kernel,) = kernels_of(lower_to_kernels(bb.get()))
-    return kernel
+    return node_kernel("dense_packed", (shape.m, shape.n), "float32", [(shape.m, shape.k), (shape.n, shape.k)])
 
 
 def pack_weight(w: np.ndarray) -> np.ndarray:

@@ -10,9 +10,9 @@ reference, then time it with TVM's ``time_evaluator``: one warm-up call, then
 ``repeat`` repeats, each after a CPU cache flush and each ``number`` calls long,
 ``number`` raised until a repeat lasts at least ``min_repeat_ms`` (TVM's
 ``WrapTimeEvaluator``); a kernel whose arguments after the first reach ``cold_bytes``
-is timed one call per flushed repeat instead (see :class:`MeasureConfig`). When the coefficient of variation of a round's repeats is
-over ``max_cv`` the candidate is timed again, at most ``remeasure`` times; every
-repeat time is kept.
+is timed one call per flushed repeat instead (see :class:`MeasureConfig`). When the
+coefficient of variation of a round's repeats is over ``max_cv`` the candidate is
+timed again, at most ``remeasure`` times; every repeat time is kept.
 
 The session's ``timeout_s`` is each candidate's own: a candidate starts only
 while less than half of it has passed, and a candidate that the session's end

@@ -25,6 +25,7 @@ import numpy as np
 from tvm import relax
 
 from database import WorkloadRecord
+from extract.lang import PACKED_NODES
 from extract.lowering import (
     dense_add_te,
     dense_bias_te,
@@ -41,7 +42,8 @@ from .roofline_model import RooflineCostModel
 
 Shape = tuple[int, ...]
 
-_PACKED = {"dense_packed", "merged_dense_packed"}
+
+
 def _weight(shape: Shape, packed: bool) -> Shape:
     rows, cols = shape
     return (rows // PACK_BLOCK, cols, PACK_BLOCK) if packed else shape
@@ -52,7 +54,7 @@ def _inputs(op: str, args: Sequence[Shape]) -> tuple[Callable | None, list[Shape
     if op == "matmul" and len(args) == 2:
         return None, list(args)
     if op in ("dense", "merged_dense", "dense_packed", "merged_dense_packed") and len(args) >= 2:
-        packed = op in _PACKED
+        packed = op in PACKED_NODES
         return (dense_packed_te if packed else dense_te), [args[0], _weight(args[1], packed)]
     if op in ("dense_bias", "merged_dense_bias") and len(args) == 3:
         return dense_bias_te, list(args)
