@@ -106,10 +106,11 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
                        "ours": flops(ours), "numpy": flops(np_s), "torch": flops(torch_s)})
     notes = [
         f"Roofline measured in this run: peak {roof.peak_flops_per_s / 1e9:.1f} GFLOP/s (TVM-built FMA "
-        f"microbenchmark), bandwidth {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s (STREAM copy), {roof.cores} threads.",
+        f"microbenchmark, the best of its register-resident shapes), bandwidth {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s (STREAM copy), {roof.cores} threads.",
         "Times: median of 7 repeats in one process, weights rotated through copies that exceed twice the "
         "last-level cache; ours is the best schedule our tuner found (its own database, cold, "
-        f"{trials} trials per kernel), checked against numpy before timing; ours reads the weight packed into "
+        f"{trials} trials per kernel, its register-blocked GEMM seeds among them where the GEMM has at least "
+        "as many rows as their tile), checked against numpy before timing; ours reads the weight packed into "
         "[N/16, K, 16] blocks (packed once, not timed), numpy and PyTorch read it as [K, N].",
         "GB/s counts x, w and out once (the minimum traffic); the roofline is STREAM copy bandwidth.",
     ]

@@ -93,11 +93,14 @@ _GEMMS = {
     "merged_dense_packed": 1,
 }
 _MERGED = {"merged_dense": 2, "merged_dense_bias": 3, "merged_dense_packed": 3}  # name -> position of ``begin``
-PACKED_BANDWIDTH_GAIN = 1.25
-"""Prior only (before anything is measured): how much faster a packed weight streams.
-The decode gate/up GEMV of Qwen3-0.6B on a 2-core AVX-512 CPU read its weight at 27 to
-29 GB/s packed against 14 GB/s at best in the stored layout (16 sampled schedules each,
-weights cold); a quarter is a conservative share of that."""
+PACKED_GAIN = 1.25
+"""Prior only (before anything is measured): how much faster a GEMM on a packed weight
+runs, memory- or compute-bound. The decode gate/up GEMV of Qwen3-0.6B on a 2-core
+AVX-512 CPU read its weight at 27 to 29 GB/s packed against 14 GB/s at best in the stored
+layout (16 sampled schedules each, weights cold); on a 2-core AVX2 CPU the prefill
+projections (M = 128) ran at 35 to 37 GFLOP/s packed against 16 to 24 GFLOP/s on a
+``[K, N]`` weight, both with the register-blocked seeds of :mod:`tuner.templates` (a
+stored ``[N, K]`` weight gets no seed). A quarter is a conservative share of that."""
 
 # Default latency model: a kernel launch plus the larger of memory and compute time.
 _LAUNCH_S = 2e-6
@@ -114,8 +117,8 @@ def default_node_cost(
 
     Reshapes and weight concatenation (a load-time layout change) are free.  GEMM-like
     nodes count ``2 * out * K`` flops (twice for ``silu_mul_dense``), others one flop per
-    output element; GEMMs on packed weights move their bytes
-    :data:`PACKED_BANDWIDTH_GAIN` times faster.  Unknown shapes cost one launch.
+    output element; GEMMs on packed weights run :data:`PACKED_GAIN` times faster (both
+    terms).  Unknown shapes cost one launch.
     """
     if op_name in _FREE or op_name in ("reshape", "concat"):
         return 0.0
@@ -131,8 +134,8 @@ def default_node_cost(
     x_shape = arg_shapes[0] if arg_shapes else None
     if op_name in _GEMMS and x_shape:
         flops = 2.0 * _GEMMS[op_name] * out * x_shape[-1]
-    bandwidth = DEFAULT_BYTES_PER_S * (PACKED_BANDWIDTH_GAIN if op_name in PACKED_NODES else 1.0)
-    return _LAUNCH_S + max(itemsize * moved / bandwidth, flops / DEFAULT_FLOPS_PER_S)
+    gain = PACKED_GAIN if op_name in PACKED_NODES else 1.0
+    return _LAUNCH_S + max(itemsize * moved / DEFAULT_BYTES_PER_S, flops / DEFAULT_FLOPS_PER_S) / gain
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,16 @@ Method
 ------
 - **Peak FLOP/s** (float32): an FMA microbenchmark built with TVM for the host
   CPU (``llvm -mcpu=<host>``), one parallel chunk per core. Each chunk keeps
-  ``_FMA_CHAINS`` x ``_FMA_LANES`` float32 accumulators in registers (a local
-  buffer, unrolled and vectorised, so LLVM emits independent vector FMAs that
-  hide the FMA latency) and updates them ``x = x * a + b`` ``_FMA_STEPS``
-  times; each update counts 2 FLOPs. This is the method of the Empirical
-  Roofline Toolkit (Lo et al., "Roofline Model Toolkit", PMBS 2014): a compute
-  kernel of independent FMAs that fits in registers.
+  ``chains`` x ``lanes`` float32 accumulators in registers (a local buffer,
+  unrolled and vectorised, so LLVM emits independent vector FMAs that hide the
+  FMA latency) and updates them ``x = x * a + b`` ``_FMA_STEPS`` times; each
+  update counts 2 FLOPs. The shapes in ``_FMA_SHAPES`` (one 256-bit or one
+  512-bit register per chain, 8 or 12 chains) are all measured and the best
+  kept: a shape whose accumulators do not fit the register file spills to the
+  stack and reads low, and which shapes fit depends on the vector ISA. This is
+  the method of the Empirical Roofline Toolkit (Lo et al., "Roofline Model
+  Toolkit", PMBS 2014): a sweep of compute kernels of independent FMAs that fit
+  in registers, the peak being the best of them.
 - **Bandwidth** (bytes/s): a STREAM "copy" kernel (McCalpin, STREAM benchmark,
   https://www.cs.virginia.edu/stream/) ``b[i] = a[i]`` built with TVM, parallel
   over all cores and vectorised, over float32 arrays of at least 4x the last-level
@@ -29,8 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_FMA_CHAINS = 16  # independent accumulator vectors per core
-_FMA_LANES = 32  # float32 lanes per accumulator row (two 512-bit or four 256-bit registers)
+# (chains, lanes): independent accumulator rows per core, float32 lanes per row
+# (8: one 256-bit register, 16: one 512-bit register or two 256-bit ones).
+_FMA_SHAPES = ((8, 8), (12, 8), (8, 16), (12, 16))
 _FMA_STEPS = 8192  # FMA steps per accumulator per call
 _MIN_STREAM_BYTES = 64 << 20
 _STREAM_VECTOR = 16
@@ -76,10 +81,10 @@ def _build(func, target):
     return tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target).jit()
 
 
-def _fma_kernel(cores: int):
+def _fma_kernel(cores: int, chains: int, lanes: int):
     from tvm.script import tirx as T
 
-    chains, lanes, steps = _FMA_CHAINS, _FMA_LANES, _FMA_STEPS
+    steps = _FMA_STEPS
 
     @T.prim_func(private=True)
     def fma(a: T.Buffer((cores, chains, lanes), "float32")):
@@ -127,15 +132,18 @@ def _llc_bytes() -> int:
 
 
 def measure_peak_flops(cores: int | None = None, repeat: int = 5) -> float:
-    """Float32 peak FLOP/s of this machine from the FMA microbenchmark (module docstring)."""
+    """Float32 peak FLOP/s of this machine: the best FMA microbenchmark of ``_FMA_SHAPES`` (module docstring)."""
     import tvm
 
     cores = cores or os.cpu_count() or 1
-    fn = _build(_fma_kernel(cores), _host_target(cores))
-    dev = tvm.cpu()
-    a = tvm.runtime.tensor(np.ones((cores, _FMA_CHAINS, _FMA_LANES), "float32"), dev)
-    times = fn.time_evaluator("main", dev, number=10, repeat=repeat)(a).results
-    return 2.0 * cores * _FMA_CHAINS * _FMA_LANES * _FMA_STEPS / min(times)
+    target, dev = _host_target(cores), tvm.cpu()
+    best = 0.0
+    for chains, lanes in _FMA_SHAPES:
+        fn = _build(_fma_kernel(cores, chains, lanes), target)
+        a = tvm.runtime.tensor(np.ones((cores, chains, lanes), "float32"), dev)
+        times = fn.time_evaluator("main", dev, number=10, repeat=repeat)(a).results
+        best = max(best, 2.0 * cores * chains * lanes * _FMA_STEPS / min(times))
+    return best
 
 
 def measure_bandwidth(cores: int | None = None, repeat: int = 5) -> float:
@@ -157,7 +165,7 @@ def measure_bandwidth(cores: int | None = None, repeat: int = 5) -> float:
 
 @functools.cache
 def measure_roofline(cores: int | None = None, repeat: int = 5) -> Roofline:
-    """Measure this machine's roofline (cached per process; about 5 s, most of it compiling).
+    """Measure this machine's roofline (cached per process; about 8 s, most of it compiling).
 
     Parameters
     ----------

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 DEFAULT_TRACKER_PORT = 9190
 LOCAL_KEY = "local"
+_REGISTER_S = 120.0  # how long local workers may take to start and register (importing TVM on a loaded machine)
 
 
 class TrackerError(RuntimeError):
@@ -194,11 +195,19 @@ class LocalRPC:
         self.key = key
         self.workers = workers
         self.address = TrackerAddress("127.0.0.1", port or free_port())
+        self._fixed_port = port is not None
         self.worker_cpus = worker_cpus
         self._procs: list[subprocess.Popen] = []
         self.worker_processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> LocalRPC:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()  # what was started ends with the failed start
+            raise
+
+    def _start(self) -> LocalRPC:
         self.start_tracker()
         host, port = self.address.host, str(self.address.port)
         for i in range(self.workers):
@@ -207,21 +216,45 @@ class LocalRPC:
                                   cpus)
             self._procs.append(proc)
             self.worker_processes.append(proc)
-        deadline = time.monotonic() + 60.0
+        deadline = time.monotonic() + _REGISTER_S
         while workers_for_key(self.address, self.key) < self.workers:
+            exited = [p.returncode for p in self.worker_processes if p.poll() is not None]
+            if exited:
+                raise TrackerError(f"a local worker exited (status {exited[0]}) before it registered with the "
+                                   f"tracker at {self.address}")
             if time.monotonic() > deadline:
-                raise TrackerError(f"the local workers did not register with the tracker at {self.address}")
+                raise TrackerError(f"the local workers did not register with the tracker at {self.address} "
+                                   f"within {_REGISTER_S:.0f} s")
             time.sleep(0.2)
         return self
 
     def start_tracker(self) -> None:
-        """Start the tracker on ``address`` (again, after :meth:`stop_tracker`); wait until it listens."""
-        host, port = self.address.host, str(self.address.port)
-        self.tracker_process = _python_module(
-            ["tvm.exec.rpc_tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)]
-        )
-        self._procs.append(self.tracker_process)
-        _wait_listening(self.address, timeout_s=30.0)
+        """Start the tracker on ``address`` (again, after :meth:`stop_tracker`); wait until it listens.
+
+        A free port can be taken by another process between the moment it was
+        chosen and the moment the tracker binds it (concurrent runs on one machine):
+        a tracker that exits before it listens is started again on a new free port,
+        up to three times, unless the port was given or workers already use it.
+
+        Raises
+        ------
+        TrackerError
+            When the tracker exits before it listens or does not listen within 30 s.
+        """
+        for attempt in range(3):
+            host, port = self.address.host, str(self.address.port)
+            self.tracker_process = _python_module(
+                ["tvm.exec.rpc_tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)]
+            )
+            self._procs.append(self.tracker_process)
+            if _wait_listening(self.address, self.tracker_process, timeout_s=30.0):
+                return
+            self._procs.remove(self.tracker_process)
+            if self._fixed_port or self.worker_processes or attempt == 2:
+                break  # a given port, or a restart the running workers reconnect to: the port cannot move
+            self.address = TrackerAddress(host, free_port())
+        raise TrackerError(f"the local RPC tracker did not start on {self.address} "
+                           f"(status {self.tracker_process.returncode})")
 
     def stop_tracker(self) -> None:
         """Stop the tracker (its whole process group); the workers keep running and try to reconnect."""
@@ -252,13 +285,21 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _wait_listening(address: TrackerAddress, timeout_s: float) -> None:
+def _wait_listening(address: TrackerAddress, proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether ``proc`` is alive and a TVM tracker answers on ``address`` within ``timeout_s`` (False: it exited).
+
+    The tracker protocol is spoken, not just a connection made: another process
+    listening on the port is not taken for the tracker.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
+        if proc.poll() is not None:
+            return False
         try:
-            with socket.create_connection((address.host, address.port), timeout=1.0):
-                return
-        except OSError:
+            queue_status(address, timeout_s=1.0)
+            return proc.poll() is None
+        except TrackerError:
             if time.monotonic() > deadline:
-                raise TrackerError(f"the local RPC tracker did not start on {address}") from None
+                raise TrackerError(f"the local RPC tracker did not start on {address} within {timeout_s:.0f} s"
+                                   ) from None
             time.sleep(0.1)

@@ -6,7 +6,9 @@ The pool starts as schedules sampled from the space; after each batch, mutants
 of the fastest schedules measured so far join it (MetaSchedule's evolutionary
 step, Zheng et al., Ansor, OSDI 2020, section 5.1), so later batches can refine
 what worked rather than only draw afresh.
-The untuned default schedule is always measured first. The budget counts every
+The untuned default schedule is always measured first, then the kernel's
+register-blocked GEMM seeds (:mod:`tuner.templates`), as far as the budget
+goes. The budget counts every
 measurement of the workload on the target in the database, so a rerun of the
 same job measures nothing already measured.
 """
@@ -157,7 +159,6 @@ def tune_kernel(
     if left <= 0:
         return KernelOutcome(kernel.workload.workload_hash, "already_tuned", before, 0)
     pool = [c for c in space.sample(max(config.pool_factor * left, 16)) if c.record.candidate_hash not in measured]
-    queue: list[ScheduleCandidate] = []
     default = space.default()
 
     def score(cands: list[ScheduleCandidate]) -> np.ndarray | None:
@@ -165,8 +166,7 @@ def tune_kernel(
             return None
         return trainer.score(np.stack([featurize(f, kernel.workload) for f in space.features(cands)]))
 
-    if default.record.candidate_hash not in measured:
-        queue.append(default)
+    queue = [c for c in [default, *space.seeds()] if c.record.candidate_hash not in measured][:left]
     stop = "budget"
     while len(measured) < config.trials:
         want = min(config.batch_size, config.trials - len(measured)) - len(queue)

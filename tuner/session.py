@@ -55,57 +55,11 @@ from .kernels import Kernel, kernels_of, lower_to_kernels
 from .measuring import BatchMeasurer
 from .model_store import load_warm_model, save_model
 from .node_prices import KernelNodeCost, calibrated_roofline
+from .options import RunOptions, TuneError
 from .progress import Progress
 from .roofline_model import RooflineCostModel
 from .search import ModelTrainer, SearchConfig, tune_kernel
 from .space import ScheduleSpace
-
-
-class TuneError(RuntimeError):
-    """A run that cannot go on (every candidate of a workload failed, a bad option)."""
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Everything ``tune run`` was asked to do (the CLI's options, with its defaults)."""
-
-    model: str
-    stage: str = "prefill"
-    seq_len: int = 128
-    kv_len: int = 512
-    layers: int = 1
-    trials: int = 64
-    target: str | None = None
-    tracker: str | None = None
-    key: str | None = None
-    db: str | None = None
-    number: int = 1
-    repeat: int = 5
-    min_repeat_ms: int = 20
-    cold_bytes: int = 1 << 20
-    timeout_s: float = 60.0
-    max_cv: float = 0.1
-    device_wait_s: float = 120.0
-    retries: int = 2
-    max_candidates: int = 4
-    reprice: bool = False
-    measure_top: int = 2
-    batch_size: int = 8
-    seed: int = 0
-    artifact_dir: str = "tune-artifacts"
-
-    def __post_init__(self) -> None:
-        if self.trials < 0:
-            raise TuneError(f"--trials must be non-negative (0 measures nothing), got {self.trials}")
-        if self.batch_size < 1:
-            raise TuneError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.max_candidates < 1:
-            raise TuneError(f"--candidates must be at least 1, got {self.max_candidates}")
-        if self.measure_top < 1:
-            raise TuneError(f"--measure-top must be at least 1, got {self.measure_top}")
-        for flag, value in (("--seq-len", self.seq_len), ("--kv-len", self.kv_len), ("--layers", self.layers)):
-            if value < 1:
-                raise TuneError(f"{flag} must be at least 1, got {value}")
 
 
 @dataclass

@@ -5,7 +5,8 @@ measured (a strategy may only pick those): a candidate's outcome is its newest
 measurement, a failure (any status but ``ok``, or any ``wrong_result``) costs a
 trial and is never a best time. A strategy orders the pool batch by batch with
 the real search policy (``tuner.search.pick_batch``: the model's top picks plus
-a random exploration share; the untuned default first, as in ``tune_kernel``),
+a random exploration share; the untuned default and the register-blocked seeds
+first, as in ``tune_kernel``),
 retraining after each batch on what it has "measured" so far.
 
 Strategies:
@@ -50,14 +51,15 @@ class ReplayPool:
         float32 [n, d] features.
     latency_s : np.ndarray
         float64 [n] newest median latency in seconds; ``inf`` for a failed measurement.
-    default : int or None
-        Index of the untuned default schedule, when it was measured.
+    first : list of int
+        Indices every strategy measures first, in order, as the search does: the
+        untuned default and the kernel's register-blocked seeds, those that were measured.
     """
 
     workload_hash: str
     X: np.ndarray
     latency_s: np.ndarray
-    default: int | None
+    first: list[int]
 
 
 def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 2) -> list[ReplayPool]:
@@ -75,21 +77,21 @@ def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 
         if workload is None or len(cands) < min_size:
             continue
         space = ScheduleSpace(parse_kernel(workload.script), wh, target)
-        replayed, lat, default = [], [], None
+        leading = [space.default().record.candidate_hash] + [c.record.candidate_hash for c in space.seeds()]
+        replayed, lat = [], []
         for ch, (trace, status, median) in cands.items():
             try:
                 cand = space.replay(CandidateRecord(wh, trace))
             except Exception:  # TVM raises several error types for a trace that no longer applies
                 continue
             ok = status == "ok" and ch not in wrong and median is not None and np.isfinite(median) and median > 0
-            if cand.record.is_default:
-                default = len(replayed)
             replayed.append(cand)
             lat.append(median if ok else np.inf)
         if not np.isfinite(lat).any():
             continue
         X = np.stack([featurize(f, workload) for f in space.features(replayed)])
-        pools.append(ReplayPool(wh, X, np.array(lat), default))
+        index = {c.record.candidate_hash: i for i, c in enumerate(replayed)}
+        pools.append(ReplayPool(wh, X, np.array(lat), [index[h] for h in leading if h in index]))
     return pools
 
 
@@ -99,10 +101,8 @@ def replay_order(pool: ReplayPool, strategy: str, batch_size: int, explore: floa
     rng = np.random.default_rng(seed)
     trainer = ModelTrainer(base if strategy == "warm" else XGBCostModel(seed=seed))
     left = list(range(len(pool.latency_s)))
-    order: list[int] = []
-    if pool.default is not None:
-        order.append(pool.default)
-        left.remove(pool.default)
+    order = list(pool.first)
+    left = [i for i in left if i not in order]
     share = 1.0 if strategy == "random" else explore
 
     def score(items: list[int]) -> np.ndarray | None:
@@ -110,7 +110,7 @@ def replay_order(pool: ReplayPool, strategy: str, batch_size: int, explore: floa
 
     first = True
     while left:
-        want = batch_size - len(order) if first else batch_size  # the default shares the first batch
+        want = batch_size - len(order) if first else batch_size  # the default and seeds share the first batch
         first = False
         batch = pick_batch(left, max(want, 1), score, share, rng)
         order += batch

@@ -38,6 +38,8 @@ from measure.tvmapi import (
     trace_to_json,
 )
 
+from .templates import gemm_seeds
+
 
 @dataclass(frozen=True)
 class ScheduleCandidate:
@@ -112,6 +114,14 @@ class ScheduleSpace:
     def default(self) -> ScheduleCandidate:
         """The untuned default: the unscheduled kernel, empty trace."""
         return ScheduleCandidate(CandidateRecord(self.workload_hash, DEFAULT_TRACE_JSON), self.mod)
+
+    def seeds(self) -> list[ScheduleCandidate]:
+        """Register-blocked GEMM schedules of this kernel (:func:`tuner.templates.gemm_seeds`), or none."""
+        out = []
+        for sch in gemm_seeds(self.mod["main"], self.target):
+            record = CandidateRecord(self.workload_hash, trace_to_json(sch.trace))
+            out.append(ScheduleCandidate(record, sch.mod))
+        return out
 
     def _spaces(self) -> list:
         if self._design_spaces is None:

@@ -161,3 +161,23 @@ def test_local_rpc_exit_ends_all_its_processes():
     assert _in_sessions(sessions) == []
     with pytest.raises(TrackerError):
         queue_status(rpc.address, timeout_s=2)
+
+
+def test_local_rpc_moves_its_tracker_off_a_port_taken_meanwhile():
+    """The free port chosen for the tracker is taken before the tracker binds it (another run on the machine):
+    the listener there is not mistaken for a tracker, and the tracker starts again on another free port."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen(1)
+        taken = squatter.getsockname()[1]
+        rpc = LocalRPC(key="measure-moved")
+        rpc.address = TrackerAddress("127.0.0.1", taken)
+        with rpc:
+            assert rpc.address.port != taken
+            assert workers_for_key(rpc.address, "measure-moved") == 1
+    with pytest.raises(TrackerError, match="did not start"):
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", 0))
+            squatter.listen(1)
+            with LocalRPC(key="measure-fixed", port=squatter.getsockname()[1]):
+                pass  # a port given by the caller is never moved

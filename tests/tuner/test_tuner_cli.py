@@ -85,3 +85,12 @@ def test_batch_size_must_be_positive(tmp_path):
     proc = tune("run", "qwen3-tiny", "--batch-size", "0", "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
     assert_one_line_error(proc, "--batch-size")
 
+
+
+def test_bad_options_are_refused_before_tvm_and_torch_load():
+    """The option checks import nothing heavy, so `tune run --trials -1` answers at once."""
+    code = ("import sys\nfrom tuner.options import RunOptions, TuneError\n"
+            "try:\n    RunOptions(model='qwen3-tiny', trials=-1)\nexcept TuneError as err:\n    print(err)\n"
+            "print(sorted(m for m in ('tvm', 'torch', 'transformers', 'database') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.splitlines() == ["--trials must be non-negative (0 measures nothing), got -1", "[]"]

@@ -10,6 +10,10 @@ import sys
 import pytest
 
 from database import open_database
+from extract import load_model
+from measure.tvmapi import make_target
+from tuner.kernels import kernels_of, lower_to_kernels
+from tuner.space import ScheduleSpace
 
 
 def tune_json(*args: str, cwd) -> dict:
@@ -76,11 +80,19 @@ def test_database_holds_the_run(prefill_runs):
     work, summary, _ = prefill_runs
     db = open_database(f"sqlite:///{work}/tune.db")
     stats = db.stats()
+    (target,) = db.targets()
+    measured = {r.candidate_hash for r, _ in db.measure_results(target.target_hash)}
     db.close()
     assert stats["session"] == 2
     assert stats["workload"] >= len(summary["kernels"])
     assert stats["candidate"] >= stats["workload"]
     assert stats["measure_result"] == summary["measured_trials"]
+    # after the untuned default, a GEMM's first trial is its first register-blocked seed
+    model = load_model("qwen3-tiny", stage="prefill", seq_len=8)
+    spaces = [ScheduleSpace(k.func, k.workload.workload_hash, make_target(json.loads(target.target_json)))
+              for k in kernels_of(lower_to_kernels(model.mod)) if k.workload.op_kind == "matmul"]
+    seeded = [s for s in spaces if s.default().record.candidate_hash in measured]
+    assert seeded and all(s.seeds()[0].record.candidate_hash in measured for s in seeded)
 
 
 def test_second_run_measures_nothing_and_times_the_same_programs(prefill_runs):

@@ -8,18 +8,20 @@ import sys
 
 import typer
 
+# Error types whose message is meant for the user as it is: (module, class name).
+_EXPECTED = (("database", "DatabaseError"), ("extract", "ModelImportError"),
+             ("extract.equivalence", "CandidateMismatch"), ("measure", "TrackerError"),
+             ("tuner.compile", "VerificationError"), ("tuner.options", "TuneError"))
+
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """The error types whose message is meant for the user as it is."""
-    from database import DatabaseError
-    from extract import ModelImportError
-    from extract.equivalence import CandidateMismatch
-    from measure import TrackerError
+    """The error types whose message is meant for the user as it is.
 
-    from ..compile import VerificationError
-    from ..session import TuneError
-
-    return (ModelImportError, DatabaseError, TrackerError, TuneError, VerificationError, CandidateMismatch, ValueError)
+    Only modules already imported are looked in (an error of a module that was
+    never imported cannot have been raised), so an early error stays fast.
+    """
+    found = [getattr(sys.modules[module], name) for module, name in _EXPECTED if module in sys.modules]
+    return (*found, ValueError)
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Annotated
@@ -38,24 +39,26 @@ def run_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors and the --json output.")] = False,
 ) -> None:
     """Tune a model's kernels, compile the fastest program, verify it and time it."""
-    from rich.console import Console
+    from ..options import RunOptions
 
-    from ..progress import Progress
-    from ..report import print_summary
-    from ..session import RunOptions, TuneRun
-
-    if tracker is None:
-        from measure import tracker_from_env
-
-        env_tracker = tracker_from_env()
-        tracker = str(env_tracker) if env_tracker else None
-    options = RunOptions(
+    options = RunOptions(  # checks the options before TVM and PyTorch load
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
         min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates, reprice=reprice, measure_top=measure_top,
         batch_size=batch_size, seed=seed, artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait,
         retries=retries,
     )
+    if tracker is None:
+        from measure import tracker_from_env
+
+        env_tracker = tracker_from_env()
+        options = dataclasses.replace(options, tracker=str(env_tracker) if env_tracker else None)
+    from rich.console import Console
+
+    from ..progress import Progress
+    from ..report import print_summary
+    from ..session import TuneRun
+
     summary = TuneRun(options, Progress(quiet=quiet)).run()
     if as_json:
         sys.stdout.write(json.dumps(summary.as_json()) + "\n")
