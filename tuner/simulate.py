@@ -100,9 +100,8 @@ def replay_order(pool: ReplayPool, strategy: str, batch_size: int, explore: floa
     """The order in which ``strategy`` would have measured the pool's candidates (indices)."""
     rng = np.random.default_rng(seed)
     trainer = ModelTrainer(base if strategy == "warm" else XGBCostModel(seed=seed))
-    left = list(range(len(pool.latency_s)))
     order = list(pool.first)
-    left = [i for i in left if i not in order]
+    left = [i for i in range(len(pool.latency_s)) if i not in order]
     share = 1.0 if strategy == "random" else explore
 
     def score(items: list[int]) -> np.ndarray | None:

@@ -90,7 +90,7 @@ def gemm_seeds(func: PrimFunc, target: tvm.target.Target, tiles=SEED_TILES) -> l
 def _gemm_block(sch: Schedule) -> str | None:
     """The name of the kernel's only GEMM-like block whose weight is read along ``n``, or None."""
     found = []
-    for block_rv in sch.get_child_blocks(sch.get_sblock("root") if _has_root(sch) else None):
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(block_rv)
         kinds = [int(iv.iter_type) for iv in block.iter_vars]
         if kinds.count(2) != 1 or kinds[-1] != 2 or len(kinds) < 3 or 2 in kinds[:-1]:
@@ -100,14 +100,6 @@ def _gemm_block(sch: Schedule) -> str | None:
                 _uses(region.region[-1].min, k_var) for region in block.reads):
             found.append(block.name_hint)
     return found[0] if len(found) == 1 else None
-
-
-def _has_root(sch: Schedule) -> bool:
-    try:
-        sch.get_sblock("root")
-        return True
-    except Exception:
-        return False
 
 
 def _uses(expr, var) -> bool:
@@ -130,28 +122,24 @@ def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: 
         raise ValueError(f"a {rows} x {cols} output is smaller than the {mr} x {nr} tile (a GEMV has no tile)")
     io, ii = sch.split(i, [None, mr])
     jo, jm, jv = sch.split(j, [None, nr // lanes, lanes])
-    if kc and kc < int(sch.get(k).extent):
+    blocked = bool(kc) and kc < int(sch.get(k).extent)
+    if blocked:  # the tile's sums leave the registers after each k block: no local buffer
         ko, ki = sch.split(k, [None, kc])
         sch.reorder(jo, ko, io, ki, ii, jm, jv)
-        tile = None  # the tile's sums leave the registers after each k block: no local buffer
-    else:
+        written, home = block, jo
+    else:  # the tile's sums stay in a local buffer until written once
         sch.reorder(jo, io, k, ii, jm, jv)
-        tile = io
-    if tile is not None:
-        local = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(local, tile)
-        sch.vectorize(sch.get_loops(local)[-1])
-        written = local
-    else:
-        written = block
+        written, home = sch.cache_write(block, 0, "local"), io
+        sch.reverse_compute_at(written, home)
+        sch.vectorize(sch.get_loops(written)[-1])
     for consumer in sch.get_consumers(written):
         try:
             sch.reverse_compute_inline(consumer)
         except RuntimeError:  # not inlinable into a reduction (k blocked): its own loop under the panel
-            sch.reverse_compute_at(consumer, tile if tile is not None else jo)
+            sch.reverse_compute_at(consumer, home)
             sch.vectorize(sch.get_loops(consumer)[-1])
     sch.unroll(ii)
     sch.unroll(jm)
     sch.vectorize(jv)
     sch.parallel(sch.fuse(*outer, jo) if outer else jo)
-    sch.decompose_reduction(block, k if tile is not None else ko)
+    sch.decompose_reduction(block, ko if blocked else k)
