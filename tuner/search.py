@@ -7,8 +7,8 @@ of the fastest schedules measured so far join it (MetaSchedule's evolutionary
 step, Zheng et al., Ansor, OSDI 2020, section 5.1), so later batches can refine
 what worked rather than only draw afresh.
 The untuned default schedule is always measured first, then the kernel's
-register-blocked GEMM seeds (:mod:`tuner.templates`), as far as the budget
-goes. The budget counts every
+leading register-blocked GEMM seeds (:mod:`tuner.templates`), as far as the
+budget goes; its other seeds join the pool. The budget counts every
 measurement of the workload on the target in the database, so a rerun of the
 same job measures nothing already measured.
 """
@@ -26,6 +26,7 @@ from database import CandidateRecord, MeasureRecord, TrainingRow
 from .cost_model import XGBCostModel, featurize, valid_rows
 from .kernels import Kernel
 from .space import ScheduleCandidate, ScheduleSpace
+from .templates import LEADING_SEEDS
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,9 @@ def tune_kernel(
         return KernelOutcome(kernel.workload.workload_hash, "no_budget", before, 0)
     if left <= 0:
         return KernelOutcome(kernel.workload.workload_hash, "already_tuned", before, 0)
-    pool = [c for c in space.sample(max(config.pool_factor * left, 16)) if c.record.candidate_hash not in measured]
+    seeds = space.seeds()
+    pool = [c for c in space.sample(max(config.pool_factor * left, 16)) + seeds[LEADING_SEEDS:]
+            if c.record.candidate_hash not in measured]
     default = space.default()
 
     def score(cands: list[ScheduleCandidate]) -> np.ndarray | None:
@@ -166,7 +169,7 @@ def tune_kernel(
             return None
         return trainer.score(np.stack([featurize(f, kernel.workload) for f in space.features(cands)]))
 
-    queue = [c for c in [default, *space.seeds()] if c.record.candidate_hash not in measured][:left]
+    queue = [c for c in [default, *seeds[:LEADING_SEEDS]] if c.record.candidate_hash not in measured][:left]
     stop = "budget"
     while len(measured) < config.trials:
         want = min(config.batch_size, config.trials - len(measured)) - len(queue)

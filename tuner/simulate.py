@@ -5,8 +5,8 @@ measured (a strategy may only pick those): a candidate's outcome is its newest
 measurement, a failure (any status but ``ok``, or any ``wrong_result``) costs a
 trial and is never a best time. A strategy orders the pool batch by batch with
 the real search policy (``tuner.search.pick_batch``: the model's top picks plus
-a random exploration share; the untuned default and the register-blocked seeds
-first, as in ``tune_kernel``),
+a random exploration share; the untuned default and the leading register-blocked
+seeds first, as in ``tune_kernel``),
 retraining after each batch on what it has "measured" so far.
 
 Strategies:
@@ -36,6 +36,7 @@ from .cost_model import XGBCostModel, featurize
 from .dataset import parse_kernel
 from .search import ModelTrainer, pick_batch
 from .space import ScheduleSpace
+from .templates import LEADING_SEEDS
 
 STRATEGIES = ("random", "cold", "warm")
 
@@ -53,7 +54,7 @@ class ReplayPool:
         float64 [n] newest median latency in seconds; ``inf`` for a failed measurement.
     first : list of int
         Indices every strategy measures first, in order, as the search does: the
-        untuned default and the kernel's register-blocked seeds, those that were measured.
+        untuned default and the kernel's leading register-blocked seeds, those that were measured.
     """
 
     workload_hash: str
@@ -77,7 +78,7 @@ def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 
         if workload is None or len(cands) < min_size:
             continue
         space = ScheduleSpace(parse_kernel(workload.script), wh, target)
-        leading = [space.default().record.candidate_hash] + [c.record.candidate_hash for c in space.seeds()]
+        leading = [space.default().record.candidate_hash] + [c.record.candidate_hash for c in space.seeds()[:LEADING_SEEDS]]
         replayed, lat = [], []
         for ch, (trace, status, median) in cands.items():
             try:

@@ -72,6 +72,7 @@ class ScheduleSpace:
         register_tensor_intrinsics(target)
         self.context = self._context("post-order-apply")
         self._design_spaces = None
+        self._seeds: list[ScheduleCandidate] | None = None
         self.space_error: str | None = None
         self.space_note: str | None = None
         self._rng = np.random.default_rng(seed)
@@ -116,12 +117,12 @@ class ScheduleSpace:
         return ScheduleCandidate(CandidateRecord(self.workload_hash, DEFAULT_TRACE_JSON), self.mod)
 
     def seeds(self) -> list[ScheduleCandidate]:
-        """Register-blocked GEMM schedules of this kernel (:func:`tuner.templates.gemm_seeds`), or none."""
-        out = []
-        for sch in gemm_seeds(self.mod["main"], self.target):
-            record = CandidateRecord(self.workload_hash, trace_to_json(sch.trace))
-            out.append(ScheduleCandidate(record, sch.mod))
-        return out
+        """Register-blocked GEMM schedules of this kernel (:func:`tuner.templates.gemm_seeds`), or none;
+        the ``LEADING_SEEDS`` most promising first. Built once per space."""
+        if self._seeds is None:
+            self._seeds = [ScheduleCandidate(CandidateRecord(self.workload_hash, trace_to_json(sch.trace)), sch.mod)
+                           for sch in gemm_seeds(self.mod["main"], self.target)]
+        return list(self._seeds)
 
     def _spaces(self) -> list:
         if self._design_spaces is None:

@@ -10,7 +10,13 @@ from tvm import te
 from extract.lowering import dense_packed_te
 from measure.tvmapi import apply_trace, make_target
 from tuner.space import ScheduleSpace
-from tuner.templates import SEED_TILES, gemm_seeds, vector_lanes
+from tuner.templates import (
+    LEADING_SEEDS,
+    gemm_seeds,
+    seed_tiles,
+    vector_lanes,
+    vector_registers,
+)
 
 TARGET = make_target({"kind": "llvm", "num-cores": 2})
 
@@ -34,11 +40,14 @@ def _matmul_kn(m, k, n, epilogue: bool):
 
 @pytest.mark.parametrize("m,k,n", [(8, 64, 32), (13, 512, 48)])
 def test_seeds_of_a_packed_gemm_compute_the_product(m, k, n):
-    """Both micro-kernels, with M not a multiple of the tile rows and K above and below the k block."""
+    """Blocked and unblocked micro-kernels, with M not a multiple of the tile rows and K above and
+    below the k block."""
     x, wp = te.placeholder((m, k), name="x"), te.placeholder((n // 16, k, 16), name="wp")
     func = te.create_prim_func([x, wp, dense_packed_te(x, wp)])
-    seeds = gemm_seeds(func, TARGET)
-    assert len(seeds) == len(SEED_TILES)
+    lanes = vector_lanes(TARGET)
+    tiles = [(6, 2, 256), (4, 2, 0), (4, 1, 128)]
+    seeds = gemm_seeds(func, TARGET, tiles=tiles)
+    assert len(seeds) == len([t for t in tiles if t[1] * lanes <= n])
     rng = np.random.default_rng(0)
     xa, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((n, k)).astype("float32")
     packed = np.ascontiguousarray(w.reshape(n // 16, 16, k).transpose(0, 2, 1))
@@ -48,8 +57,8 @@ def test_seeds_of_a_packed_gemm_compute_the_product(m, k, n):
 
 def test_seeds_fuse_an_epilogue_and_replay_from_their_trace():
     func = _matmul_kn(12, 300, 32, epilogue=True)
-    seeds = gemm_seeds(func, TARGET)
-    assert len(seeds) == len(SEED_TILES)
+    seeds = gemm_seeds(func, TARGET, tiles=[(6, 2, 256), (4, 2, 0)])
+    assert len(seeds) == (2 if 2 * vector_lanes(TARGET) <= 32 else 0)
     rng = np.random.default_rng(1)
     x, w, res = (rng.standard_normal(s).astype("float32") for s in [(12, 300), (300, 32), (12, 32)])
     for sch in seeds:
@@ -58,6 +67,7 @@ def test_seeds_fuse_an_epilogue_and_replay_from_their_trace():
         assert len(outermost) == 1, "the epilogue runs inside the GEMM's parallel panel loop"
         np.testing.assert_allclose(_run(sch.mod, [x, w, res], (12, 32)), x @ w + res, rtol=1e-4, atol=1e-3)
     space = ScheduleSpace(func, "e" * 64, TARGET)
+    assert len(space.seeds()) == len(seed_tiles(12, 32, 300, vector_lanes(TARGET), vector_registers(TARGET))) > 2
     for cand in space.seeds():
         assert apply_trace(space.mod["main"], cand.record.trace_json).script() == cand.mod.script()
 
@@ -72,10 +82,33 @@ def test_no_seed_where_the_weight_is_read_across_its_rows():
     assert gemm_seeds(te.create_prim_func([x, add]), TARGET) == [], "no reduction"
     assert gemm_seeds(_matmul_kn(8, 64, 32, False), make_target({"kind": "cuda"})) == [], "CPU only"
     assert gemm_seeds(_matmul_kn(1, 64, 32, False), TARGET) == [], "a GEMV has no register tile"
-    assert len(gemm_seeds(_matmul_kn(5, 64, 32, False), TARGET)) == 1, "only the 4-row tile fits 5 rows"
-    assert gemm_seeds(_matmul_kn(8, 64, 2 * vector_lanes(TARGET) - 1, False), TARGET) == [], "narrower than a tile"
+    five_rows = seed_tiles(5, 32, 64, vector_lanes(TARGET), vector_registers(TARGET))
+    assert five_rows and {mr for mr, _, _ in five_rows} == {4}, "only 4-row tiles fit 5 rows"
+    assert len(gemm_seeds(_matmul_kn(5, 64, 32, False), TARGET)) == len(five_rows)
+    assert gemm_seeds(_matmul_kn(8, 64, vector_lanes(TARGET) - 1, False), TARGET) == [], "narrower than a tile"
 
 
 def test_vector_lanes_follow_the_target_features():
     assert vector_lanes(make_target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 16
     assert vector_lanes(make_target({"kind": "llvm", "mcpu": "haswell"})) == 8
+    assert vector_registers(make_target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 32
+    assert vector_registers(make_target({"kind": "llvm", "mcpu": "haswell"})) == 16
+
+
+@pytest.mark.parametrize("lanes,registers", [(16, 32), (8, 16)])
+def test_seed_tiles_fit_the_registers_and_lead_with_one_blocked_and_one_unblocked(lanes, registers):
+    rows, cols, depth = 128, 1024, 2048
+    tiles = seed_tiles(rows, cols, depth, lanes, registers)
+    assert len(set(tiles)) == len(tiles) > LEADING_SEEDS
+    for mr, v, kc in tiles:
+        assert mr * v + v + 1 <= registers and mr <= rows and v * lanes <= cols and kc < depth
+    first, second = tiles[:LEADING_SEEDS]
+    assert first[2] > 0 and second[2] == 0, "a k-blocked tile, then one that keeps its sums in a local buffer"
+    for mr, v, _ in (first, second):
+        assert cols % (v * lanes) == 0 and mr * v <= 3 * registers // 4
+    ragged = [i for i, (_, v, _) in enumerate(tiles) if cols % (v * lanes)]
+    assert ragged and min(ragged) > max(i for i, (_, v, _) in enumerate(tiles) if not cols % (v * lanes)), \
+        "tiles that leave a ragged column edge come last"
+    assert seed_tiles(rows, cols, 128, lanes, registers)[1][2] == 0
+    assert all(kc == 0 for _, _, kc in seed_tiles(rows, cols, 100, lanes, registers)), "no k block above K"
+    assert seed_tiles(1, cols, depth, lanes, registers) == [], "a GEMV has no tile"
