@@ -157,27 +157,41 @@ def machine_info(command: str) -> dict:
 
 
 def median_time(call: Callable[[int], object], variants: int, repeat: int = 7, min_repeat_s: float = 0.05) -> float:
-    """Median seconds of one call, the same protocol for every contender.
+    """Median seconds of one call of ``call`` (:func:`median_times` with one contender)."""
+    return median_times({"call": call}, variants, repeat, min_repeat_s)["call"]
 
-    ``call(i)`` runs the operation on argument set ``i`` (``0 <= i < variants``);
-    each repeat sweeps the argument sets in turn (so data that should come from
-    main memory is not left in cache by the previous call) and lasts at least
-    ``min_repeat_s`` seconds; one warm-up sweep first. Returns the median over
-    ``repeat`` repeats of (repeat time / calls).
+
+def median_times(calls: dict[str, Callable[[int], object]], variants: int, repeat: int = 7,
+                 min_repeat_s: float = 0.05) -> dict[str, float]:
+    """Median seconds of one call of each contender, the same protocol for every one, interleaved.
+
+    ``calls[name](i)`` runs the operation on argument set ``i`` (``0 <= i < variants``);
+    each repeat sweeps the argument sets in turn (so data that should come from main
+    memory is not left in cache by the previous call) and lasts at least
+    ``min_repeat_s`` seconds; one warm-up sweep first. The contenders take turns,
+    one repeat each, in an order that rotates every round, so a slow spell of a
+    shared machine falls on all of them rather than on whichever ran then. Returns
+    each contender's median over ``repeat`` repeats of (repeat time / calls).
     """
-    for i in range(variants):
-        call(i)
-    start = time.perf_counter()
-    call(0)
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(variants, int(min_repeat_s / once) // variants * variants or variants)
-    times = []
-    for _ in range(repeat):
+    names = list(calls)
+    number = {}
+    for name in names:
+        call = calls[name]
+        for i in range(variants):
+            call(i)
         start = time.perf_counter()
-        for n in range(number):
-            call(n % variants)
-        times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
+        call(0)
+        once = max(time.perf_counter() - start, 1e-7)
+        number[name] = max(variants, int(min_repeat_s / once) // variants * variants or variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            call, n_calls = calls[name], number[name]
+            start = time.perf_counter()
+            for n in range(n_calls):
+                call(n % variants)
+            times[name].append((time.perf_counter() - start) / n_calls)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def variants_for(bytes_per_set: int, floor_bytes: int = 64 << 20) -> int:

@@ -11,9 +11,10 @@ the packing is not timed, as it runs once when a program's weights are prepared)
 Each kernel is tuned by our tuner (``bench.tuning.OurTuner``: real builds, a
 real RPC worker, a real SQLite database); its best schedule, numpy's ``matmul``
 (its BLAS) and ``torch.matmul`` are then timed in this process by one timer
-(``bench.common.median_time``: median of repeats, weights rotated through
-copies that together exceed twice the last-level cache, so weights come from
-memory as in a real layer). The roofline (peak FLOP/s, bandwidth) is measured
+(``bench.common.median_times``: median of repeats, the three taking turns so
+that a slow spell of a shared machine falls on all of them, weights rotated
+through copies that together exceed twice the last-level cache, so weights come
+from memory as in a real layer). The roofline (peak FLOP/s, bandwidth) is measured
 in the same run by ``measure.roofline``.
 
 Goals (issue): prefill GEMMs reach at least 0.9x numpy's BLAS throughput;
@@ -33,7 +34,7 @@ import time
 from measure import MeasureConfig
 from measure.roofline import measure_roofline
 
-from .common import BenchResult, Row, ratio_row
+from .common import BenchResult, Row, median_times, ratio_row
 from .tuning import (
     MatmulData,
     MatmulShape,
@@ -41,10 +42,10 @@ from .tuning import (
     bench_target,
     best_so_far,
     compile_trace,
+    numpy_call,
     packed_kernel,
-    time_numpy,
-    time_torch,
-    time_tvm,
+    torch_call,
+    tvm_call,
 )
 
 NAME, TITLE = "kernels", "Kernels: Qwen3-0.6B GEMMs and GEMVs against BLAS, PyTorch and the roofline"
@@ -60,6 +61,7 @@ FULL_SHAPES = [
 QUICK_SHAPES = [MatmulShape("prefill (small)", 32, 256, 512), MatmulShape("decode (small)", 1, 512, 1024)]
 FULL_TRIALS, QUICK_TRIALS = 128, 8
 GEMM_GOAL, GEMV_GOAL = 0.9, 0.8
+REPEAT = 11  # timing repeats per contender, interleaved (bench.common.median_times)
 
 
 def run(quick: bool = False, trials: int | None = None, db_url: str | None = None) -> BenchResult:
@@ -82,8 +84,11 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
                 tuned.append((shape, kernel, best_so_far(trials_done, len(trials_done)), len(trials_done)))
     for shape, kernel, best, n in tuned:
         data = MatmulData(shape)
-        ours = time_tvm(compile_trace(kernel, best.trace_json, target), data, packed=True) if best else None
-        np_s, torch_s = time_numpy(data), time_torch(data)
+        calls = {"numpy": numpy_call(data), "torch": torch_call(data)}
+        if best:
+            calls["ours"] = tvm_call(compile_trace(kernel, best.trace_json, target), data, packed=True)
+        times = median_times(calls, data.variants, REPEAT)
+        ours, np_s, torch_s = times.get("ours"), times["numpy"], times["torch"]
         flops = lambda s: shape.flops / s if s else None  # noqa: E731
         label = f"{shape.label()} ({n} trials)"
         if shape.m > 1:
@@ -107,8 +112,8 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
     notes = [
         f"Roofline measured in this run: peak {roof.peak_flops_per_s / 1e9:.1f} GFLOP/s (TVM-built FMA "
         f"microbenchmark, the best of its register-resident shapes), bandwidth {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s (STREAM copy), {roof.cores} threads.",
-        "Times: median of 7 repeats in one process, weights rotated through copies that exceed twice the "
-        "last-level cache; ours is the best schedule our tuner found (its own database, cold, "
+        f"Times: median of {REPEAT} repeats in one process, ours, numpy and PyTorch taking turns (one repeat "
+        "each, rotating order), weights rotated through copies that exceed twice the last-level cache; ours is the best schedule our tuner found (its own database, cold, "
         f"{trials} trials per kernel, its register-blocked GEMM seeds among them where the GEMM has at least "
         "as many rows as their tile), checked against numpy before timing; ours reads the weight packed into "
         "[N/16, K, 16] blocks (packed once, not timed), numpy and PyTorch read it as [K, N].",

@@ -9,7 +9,7 @@ SQLite tuning database. The anchor is ``tvm.s_tir.meta_schedule.tune_tir`` with
 its defaults (evolutionary search, XGBoost cost model, local builder and runner).
 
 Every best schedule, ours or MetaSchedule's, is then timed by the same timer
-(:func:`bench.common.median_time`) in this process, beside numpy and PyTorch.
+(:func:`bench.common.median_times`) in this process, beside numpy and PyTorch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,11 +243,16 @@ def _llc_bytes() -> int:
     return max([s for s in sizes if s > 0] or [32 << 20])
 
 
-def time_tvm(func, data: MatmulData, repeat: int = 7, packed: bool = False) -> float:
-    """Median seconds of one call of a built kernel (checked against numpy first).
+def tvm_call(func, data: MatmulData, packed: bool = False) -> Callable[[int], object]:
+    """``call(i)``: one call of a built kernel on weight ``i`` of ``data`` (checked against numpy first).
 
     ``packed``: the kernel reads its weight packed (:func:`packed_kernel`); the packing,
-    done once per weight, is not timed.
+    done once per weight, is not part of the call.
+
+    Raises
+    ------
+    AssertionError
+        The kernel's output differs from numpy's.
     """
     dev = tvm.cpu()
     x = tvm.runtime.tensor(data.x, dev)
@@ -254,21 +260,25 @@ def time_tvm(func, data: MatmulData, repeat: int = 7, packed: bool = False) -> f
     out = tvm.runtime.empty((data.shape.m, data.shape.n), "float32", dev)
     func(x, ws[0], out)
     np.testing.assert_allclose(out.numpy(), data.expected, rtol=1e-3, atol=1e-3)
-    return median_time(lambda i: func(x, ws[i], out), data.variants, repeat)
+    return lambda i: func(x, ws[i], out)
 
 
-def time_numpy(data: MatmulData, repeat: int = 7) -> float:
-    """Median seconds of ``numpy.matmul`` (its BLAS) into a preallocated output."""
+def time_tvm(func, data: MatmulData, repeat: int = 7, packed: bool = False) -> float:
+    """Median seconds of one call of a built kernel (:func:`tvm_call`, :func:`bench.common.median_time`)."""
+    return median_time(tvm_call(func, data, packed), data.variants, repeat)
+
+
+def numpy_call(data: MatmulData) -> Callable[[int], object]:
+    """``call(i)``: ``numpy.matmul`` (its BLAS) of ``data.x`` and weight ``i`` into a preallocated output."""
     out = np.empty((data.shape.m, data.shape.n), "float32")
-    return median_time(lambda i: np.matmul(data.x, data.ws[i], out=out), data.variants, repeat)
+    return lambda i: np.matmul(data.x, data.ws[i], out=out)
 
 
-def time_torch(data: MatmulData, repeat: int = 7) -> float:
-    """Median seconds of ``torch.matmul`` (eager, CPU) into a preallocated output."""
+def torch_call(data: MatmulData) -> Callable[[int], object]:
+    """``call(i)``: ``torch.matmul`` (eager, CPU) of ``data.x`` and weight ``i`` into a preallocated output."""
     import torch
 
     x = torch.from_numpy(data.x)
     ws = [torch.from_numpy(w) for w in data.ws]
     out = torch.empty((data.shape.m, data.shape.n), dtype=torch.float32)
-    with torch.inference_mode():
-        return median_time(lambda i: torch.matmul(x, ws[i], out=out), data.variants, repeat)
+    return lambda i: torch.matmul(x, ws[i], out=out)

@@ -4,7 +4,7 @@ import json
 import os
 
 from bench.__main__ import run_module
-from bench.common import BenchResult, Row, median_time, ratio_row
+from bench.common import BenchResult, Row, median_time, median_times, ratio_row
 from bench.markdown import render, write
 
 MACHINE = {"command": "python -m bench --quick", "date": "today", "cpu_model": "test cpu", "cores": 2}
@@ -57,3 +57,13 @@ def test_median_time_counts_calls_per_argument_set():
     seconds = median_time(lambda i: calls.append(i), variants=3, repeat=3, min_repeat_s=0.001)
     assert seconds > 0
     assert set(calls) == {0, 1, 2}
+
+
+def test_median_times_interleave_the_contenders():
+    order = []
+    medians = median_times({"a": lambda i: order.append("a"), "b": lambda i: order.append("b")},
+                           variants=2, repeat=4, min_repeat_s=0.0)
+    assert set(medians) == {"a", "b"} and all(t > 0 for t in medians.values())
+    timed = order[6:]  # after each contender's warm-up sweep and single timing call (3 calls each)
+    runs = [timed[i] for i in range(len(timed)) if i == 0 or timed[i] != timed[i - 1]]
+    assert len(runs) > 2, "the contenders take turns rather than one finishing all its repeats first"
