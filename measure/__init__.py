@@ -1,4 +1,8 @@
-"""Measurement: builders, runners over TVM RPC, the protocol and local trackers/workers."""
+"""Measurement: builders, runners over TVM RPC, the protocol and local trackers/workers.
+
+Importing the package sets the threads of TVM's runtime to this process's physical
+cores (:mod:`measure.threads`), before any kernel runs.
+"""
 
 from .builder import Builder, BuildResult
 from .protocol import MeasureConfig, classify_build_error, first_line
@@ -15,6 +19,9 @@ from .rpc import (
     workers_for_key,
 )
 from .runner import KernelReference, Runner, RunResult
+from .threads import use_physical_cores
+
+use_physical_cores()
 
 __all__ = [
     "DEFAULT_TRACKER_PORT",

@@ -159,6 +159,8 @@ def _python_module(args: list[str], cpus: set[int] | None = None) -> subprocess.
     # A process group of its own: TVM's tracker and server serve from a child process
     # (and fork one per session), which must end with it.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if cpus:  # a worker pinned to some cores runs its kernels on those (measure.threads)
+        env["TVM_NUM_THREADS"] = str(len(cpus))
     return subprocess.Popen(
         [sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
