@@ -78,7 +78,7 @@ def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 
         if workload is None or len(cands) < min_size:
             continue
         space = ScheduleSpace(parse_kernel(workload.script), wh, target)
-        leading = [space.default().record.candidate_hash] + [c.record.candidate_hash for c in space.seeds()[:LEADING_SEEDS]]
+        leading = [c.record.candidate_hash for c in [space.default(), *space.seeds()[:LEADING_SEEDS]]]
         replayed, lat = [], []
         for ch, (trace, status, median) in cands.items():
             try:
