@@ -6,8 +6,8 @@ once. Three contenders measure the same candidates with the same protocol
 repeats of at least ``min_repeat_ms``; re-measuring noisy candidates is off so
 that every contender does the same work):
 
-- bare: a loop in this process, pinned to core 0: load the built library,
-  check it, ``time_evaluator`` (no tracker, no RPC, no worker processes);
+- bare: a loop in this process, pinned to core 0 with one TVM thread: load the
+  built library, check it, ``time_evaluator`` (no tracker, no RPC, no worker processes);
 - service, 1 worker: :class:`measure.Runner` through a local tracker to one
   worker pinned to core 0;
 - service, 2 workers: the same with two workers pinned to cores 0 and 1.
@@ -128,6 +128,10 @@ def _contenders(builds, reference, config, rounds: int) -> dict[str, list[float]
 
 def run(quick: bool = False, n: int = 128, rounds: int | None = None) -> BenchResult:
     """Run the benchmark; see the module docstring."""
+    # The bare loop runs in this process pinned to core 0: TVM's thread pool here gets one
+    # thread, as a worker pinned to one core does (measure.threads). The pool reads the
+    # variable when this process runs its first parallel kernel, which is later.
+    os.environ["TVM_NUM_THREADS"] = "1"
     from measure import Builder, KernelReference, MeasureConfig
     from measure.tvmapi import make_target
 
