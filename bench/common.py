@@ -156,13 +156,17 @@ def machine_info(command: str) -> dict:
     return info
 
 
+SETTLE_S = 0.3
+"""Seconds of idle before each timed repeat (:func:`median_times`)."""
+
+
 def median_time(call: Callable[[int], object], variants: int, repeat: int = 7, min_repeat_s: float = 0.05) -> float:
-    """Median seconds of one call of ``call`` (:func:`median_times` with one contender)."""
-    return median_times({"call": call}, variants, repeat, min_repeat_s)["call"]
+    """Median seconds of one call of ``call`` (:func:`median_times` with one contender, no idle between repeats)."""
+    return median_times({"call": call}, variants, repeat, min_repeat_s, settle_s=0.0)["call"]
 
 
 def median_times(calls: dict[str, Callable[[int], object]], variants: int, repeat: int = 7,
-                 min_repeat_s: float = 0.05) -> dict[str, float]:
+                 min_repeat_s: float = 0.05, settle_s: float = SETTLE_S) -> dict[str, float]:
     """Median seconds of one call of each contender, the same protocol for every one, interleaved.
 
     ``calls[name](i)`` runs the operation on argument set ``i`` (``0 <= i < variants``);
@@ -170,7 +174,12 @@ def median_times(calls: dict[str, Callable[[int], object]], variants: int, repea
     memory is not left in cache by the previous call) and lasts at least
     ``min_repeat_s`` seconds; one warm-up sweep first. The contenders take turns,
     one repeat each, in an order that rotates every round, so a slow spell of a
-    shared machine falls on all of them rather than on whichever ran then. Returns
+    shared machine falls on all of them rather than on whichever ran then. Before
+    each repeat the timer sleeps ``settle_s`` seconds, so the worker threads of the
+    contender before it have stopped spinning: OpenBLAS's idle threads busy-wait
+    for about 2^28 cycles (its ``THREAD_TIMEOUT``, about 0.1 s here) and took a core
+    from the next contender (a TVM GEMV ran at 4.5 GB/s right after numpy and at
+    14 GB/s without numpy in the turns, one run on a 2-core machine). Returns
     each contender's median over ``repeat`` repeats of (repeat time / calls).
     """
     names = list(calls)
@@ -187,6 +196,7 @@ def median_times(calls: dict[str, Callable[[int], object]], variants: int, repea
     for r in range(repeat):
         for name in names[r % len(names):] + names[:r % len(names)]:
             call, n_calls = calls[name], number[name]
+            time.sleep(settle_s)
             start = time.perf_counter()
             for n in range(n_calls):
                 call(n % variants)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 from bench.__main__ import run_module
 from bench.common import BenchResult, Row, median_time, median_times, ratio_row
@@ -62,8 +63,18 @@ def test_median_time_counts_calls_per_argument_set():
 def test_median_times_interleave_the_contenders():
     order = []
     medians = median_times({"a": lambda i: order.append("a"), "b": lambda i: order.append("b")},
-                           variants=2, repeat=4, min_repeat_s=0.0)
+                           variants=2, repeat=4, min_repeat_s=0.0, settle_s=0.0)
     assert set(medians) == {"a", "b"} and all(t > 0 for t in medians.values())
     timed = order[6:]  # after each contender's warm-up sweep and single timing call (3 calls each)
     runs = [timed[i] for i in range(len(timed)) if i == 0 or timed[i] != timed[i - 1]]
     assert len(runs) > 2, "the contenders take turns rather than one finishing all its repeats first"
+
+
+def test_median_times_idle_before_each_repeat():
+    stamps = []
+    median_times({"a": lambda i: stamps.append(("a", time.perf_counter())),
+                  "b": lambda i: stamps.append(("b", time.perf_counter()))},
+                 variants=1, repeat=2, min_repeat_s=0.0, settle_s=0.05)
+    timed = stamps[4:]  # after each contender's warm-up call and single timing call
+    gaps = [later - earlier for (_, earlier), (_, later) in zip(timed, timed[1:])]
+    assert len(timed) == 4 and min(gaps) >= 0.05, "every timed repeat follows an idle spell of settle_s"

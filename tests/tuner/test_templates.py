@@ -12,6 +12,7 @@ from measure.tvmapi import apply_trace, make_target
 from tuner.space import ScheduleSpace
 from tuner.templates import (
     LEADING_SEEDS,
+    SKINNY_VECTORS,
     gemm_seeds,
     seed_tiles,
     vector_lanes,
@@ -55,6 +56,23 @@ def test_seeds_of_a_packed_gemm_compute_the_product(m, k, n):
         np.testing.assert_allclose(_run(sch.mod, [xa, packed], (m, n)), xa @ w.T, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("m", [1, 3])
+def test_a_skinny_gemm_gets_tiles_of_all_its_rows_that_compute_the_product(m):
+    """A decode GEMV (and a 3-row output): every tile of the default grid, blocked or not, is exact."""
+    k, n = 300, 64
+    x, wp = te.placeholder((m, k), name="x"), te.placeholder((n // 16, k, 16), name="wp")
+    func = te.create_prim_func([x, wp, dense_packed_te(x, wp)])
+    tiles = seed_tiles(m, n, k, vector_lanes(TARGET), vector_registers(TARGET))
+    assert tiles and {mr for mr, _, _ in tiles} == {m} and {kc for _, _, kc in tiles} >= {0, 128, 256}
+    seeds = gemm_seeds(func, TARGET)
+    assert len(seeds) == len(tiles)
+    rng = np.random.default_rng(2)
+    xa, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((n, k)).astype("float32")
+    packed = np.ascontiguousarray(w.reshape(n // 16, 16, k).transpose(0, 2, 1))
+    for sch in seeds:
+        np.testing.assert_allclose(_run(sch.mod, [xa, packed], (m, n)), xa @ w.T, rtol=1e-4, atol=1e-3)
+
+
 def test_seeds_fuse_an_epilogue_and_replay_from_their_trace():
     func = _matmul_kn(12, 300, 32, epilogue=True)
     seeds = gemm_seeds(func, TARGET, tiles=[(6, 2, 256), (4, 2, 0)])
@@ -81,7 +99,6 @@ def test_no_seed_where_the_weight_is_read_across_its_rows():
     add = te.compute((8, 64), lambda i, j: x[i, j] + 1.0, name="add")
     assert gemm_seeds(te.create_prim_func([x, add]), TARGET) == [], "no reduction"
     assert gemm_seeds(_matmul_kn(8, 64, 32, False), make_target({"kind": "cuda"})) == [], "CPU only"
-    assert gemm_seeds(_matmul_kn(1, 64, 32, False), TARGET) == [], "a GEMV has no register tile"
     five_rows = seed_tiles(5, 32, 64, vector_lanes(TARGET), vector_registers(TARGET))
     assert five_rows and {mr for mr, _, _ in five_rows} == {4}, "only 4-row tiles fit 5 rows"
     assert len(gemm_seeds(_matmul_kn(5, 64, 32, False), TARGET)) == len(five_rows)
@@ -111,4 +128,8 @@ def test_seed_tiles_fit_the_registers_and_lead_with_one_blocked_and_one_unblocke
         "tiles that leave a ragged column edge come last"
     assert seed_tiles(rows, cols, 128, lanes, registers)[1][2] == 0
     assert all(kc == 0 for _, _, kc in seed_tiles(rows, cols, 100, lanes, registers)), "no k block above K"
-    assert seed_tiles(1, cols, depth, lanes, registers) == [], "a GEMV has no tile"
+    gemv = seed_tiles(1, cols, depth, lanes, registers)
+    assert {(mr, v) for mr, v, _ in gemv} == {(1, v) for v in SKINNY_VECTORS}, "a GEMV: one row, wider tiles"
+    assert gemv[0][1] == gemv[1][1] == max(SKINNY_VECTORS) and gemv[0][2] > 0 == gemv[1][2]
+    three = seed_tiles(3, cols, depth, lanes, registers)
+    assert three and all(mr == 3 and 3 * v + v + 1 <= registers for mr, v, _ in three), "weights held for 3 rows"
