@@ -89,6 +89,7 @@ _GEMMS = {
     "rms_norm_dense": 1,
     "gqa_scores": 1,
     "gqa_context": 1,
+    "gqa_scores_packed": 1,
     "dense_packed": 1,
     "merged_dense_packed": 1,
 }
@@ -117,8 +118,8 @@ def default_node_cost(
 
     Reshapes and weight concatenation (a load-time layout change) are free.  GEMM-like
     nodes count ``2 * out * K`` flops (twice for ``silu_mul_dense``), others one flop per
-    output element; GEMMs on packed weights run :data:`PACKED_GAIN` times faster (both
-    terms).  Unknown shapes cost one launch.
+    output element; GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times
+    faster (both terms).  Unknown shapes cost one launch.
     """
     if op_name in _FREE or op_name in ("reshape", "concat"):
         return 0.0
@@ -134,7 +135,7 @@ def default_node_cost(
     x_shape = arg_shapes[0] if arg_shapes else None
     if op_name in _GEMMS and x_shape:
         flops = 2.0 * _GEMMS[op_name] * out * x_shape[-1]
-    gain = PACKED_GAIN if op_name in PACKED_NODES else 1.0
+    gain = PACKED_GAIN if op_name in PACKED_NODES or op_name == "gqa_scores_packed" else 1.0
     return _LAUNCH_S + max(itemsize * moved / DEFAULT_BYTES_PER_S, flops / DEFAULT_FLOPS_PER_S) / gain
 
 
@@ -155,7 +156,8 @@ class CandidateGraph:
         ``silu``, ``epilogue_silu_mul``, ``epilogue_add``, ``epilogue_bias``,
         ``rms_norm`` (a recognised RMSNorm kept as one op), ``prologue_rms_norm``,
         ``gqa_attention`` (attention products without the repeated K and V),
-        ``weight_layout`` (GEMMs on packed weights).  A
+        ``key_layout`` (scores from packed keys), ``weight_layout`` (GEMMs on packed
+        weights).  A
         merged or fused GEMM counts for its own family only, though it also folds the
         transpose.
     mod : tvm.IRModule
@@ -187,7 +189,7 @@ class CandidateGraph:
 STRATEGIES: dict[str, frozenset[str]] = {
     "all": frozenset(REWRITE_NODES.values()),
     "transpose_fold": frozenset({"transpose_fold"}),
-    "merge": frozenset({"transpose_fold", "merge", "gqa_attention", "weight_layout"}),
+    "merge": frozenset({"transpose_fold", "merge", "gqa_attention", "key_layout", "weight_layout"}),
     "epilogue": frozenset(
         {"transpose_fold", "silu", "epilogue_silu_mul", "epilogue_add", "epilogue_bias",
          "gqa_attention"}
@@ -199,7 +201,8 @@ STRATEGIES: dict[str, frozenset[str]] = {
 allows (node families of :data:`extract.lang.REWRITE_NODES`; the others are forbidden).
 Attention without the repeated K and V (``gqa_attention``) only removes work, so every
 strategy that fuses allows it.  Packed weights (``weight_layout``) come with the merges,
-so ``transpose_fold`` stays the candidate with every weight in its stored layout."""
+and so do packed keys (``key_layout``), so ``transpose_fold`` stays the candidate with
+every weight and activation in its stored layout."""
 
 
 class _DagCost:

@@ -50,6 +50,11 @@ Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
 ``gqa_context(p, v)``                      ``p @ repeat_heads(v, H // KV)`` without the
                                            repeat: ``p [B, H, S, L]``, ``v [B, KV, L, D]``
                                            -> ``[B, H, S, D]``
+``gqa_scores_packed(q, k, b)``             ``gqa_scores(q, k)`` by one kernel that first
+                                           packs the keys into blocks of ``b``,
+                                           ``[B, KV, L / b, D, b]``, then reads them as
+                                           a packed weight (an activation layout choice,
+                                           paid on every run)
 ``dense_packed(x, W, b)``                  ``dense(x, W)`` computed from ``W`` packed
                                            once into blocks of ``b`` rows,
                                            ``[N / b, K, b]`` (the same value by another
@@ -96,6 +101,7 @@ __all__ = [
     "get_item",
     "gqa_context",
     "gqa_scores",
+    "gqa_scores_packed",
     "ints",
     "make_tuple",
     "matmul",
@@ -238,6 +244,10 @@ def gqa_context(p: Tensor, v: Tensor) -> Tensor: ...
 
 
 @function
+def gqa_scores_packed(q: Tensor, k: Tensor, block: i64Like) -> Tensor: ...
+
+
+@function
 def dense_packed(x: Tensor, w: Tensor, block: i64Like) -> Tensor: ...
 
 
@@ -286,6 +296,7 @@ REWRITE_NODES: dict[str, str] = {
     "rms_norm_dense": "prologue_rms_norm",
     "gqa_scores": "gqa_attention",
     "gqa_context": "gqa_attention",
+    "gqa_scores_packed": "key_layout",
     "dense_packed": "weight_layout",
     "merged_dense_packed": "merge",  # also "weight_layout" (see PACKED_NODES)
 }
@@ -298,7 +309,7 @@ NODE_NAMES: frozenset[str] = frozenset(
     "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "
     "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense dense_bias "
     "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense repeat_heads gqa_scores "
-    "gqa_context".split()
+    "gqa_context gqa_scores_packed".split()
 )
 """Names of the term-language constructors as egglog prints them (its e-nodes)."""
 

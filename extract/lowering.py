@@ -22,7 +22,9 @@ arguments; the rewritten constructors become kernels:
   GEMM, split as above;
 - ``repeat_heads(k, n)``: ``relax.op.repeat(k, n, axis=1)`` (the repeated copy);
   ``gqa_scores`` and ``gqa_context``: one TE PrimFunc each, a batched GEMM that reads
-  head ``h // n`` of the unrepeated K or V.
+  head ``h // n`` of the unrepeated K or V; ``gqa_scores_packed(q, k, b)``: one TE
+  PrimFunc that packs the keys into ``[B, KV, L / b, D, b]`` and then computes the
+  scores from the packed keys.
 
 All TVM calls that build Relax live in this module.
 """
@@ -209,6 +211,10 @@ class _Lowerer:
             return bb.emit_te(gqa_scores_te, v[0], v[1], primfunc_name_hint="gqa_scores")
         if name == "gqa_context":
             return bb.emit_te(gqa_context_te, v[0], v[1], primfunc_name_hint="gqa_context")
+        if name == "gqa_scores_packed":
+            block = _lit(args[2])
+            return bb.emit_te(lambda q, k: gqa_scores_packed_te(q, k, block), v[0], v[1],
+                              primfunc_name_hint="gqa_scores_packed")
         if name == "dense_add":
             return bb.emit_te(dense_add_te, v[0], v[1], v[2], primfunc_name_hint="dense_add")
         if name == "silu_mul_dense":
@@ -442,6 +448,28 @@ def gqa_scores_te(q: te.Tensor, k: te.Tensor) -> te.Tensor:
     its ``n`` query heads instead of a repeated copy.
     """
     return _grouped_product(q, k, "gqa_scores", keys_last=True)
+
+
+def gqa_scores_packed_te(q: te.Tensor, k: te.Tensor, block: int) -> te.Tensor:
+    """TE of ``gqa_scores_packed``: ``gqa_scores(q, k)`` from keys packed in the kernel.
+
+    ``q [B, H, S, D]``, ``k [B, KV, L, D]`` with ``L % block == 0`` -> ``[B, H, S, L]``.
+    First ``kp[b, g, i, d, j] = k[b, g, i * block + j, d]`` (``[B, KV, L / block, D, block]``,
+    the layout of :func:`dense_packed_te`'s weight), then
+    ``out[b, h, s, l] = sum_d q[b, h, s, d] * kp[b, h // n, l // block, d, l % block]``,
+    so ``block`` consecutive keys are read as one contiguous vector instead of ``D``
+    elements apart.
+    """
+    batch, kv_heads, keys, dim = k.shape
+    packed = te.compute((batch, kv_heads, keys // block, dim, block),
+                        lambda b, g, i, d, j: k[b, g, i * block + j, d], name="keys_packed")
+    group = q.shape[1] // kv_heads
+    r = te.reduce_axis((0, dim), name="r")
+    return te.compute(
+        (q.shape[0], q.shape[1], q.shape[2], keys),
+        lambda b, h, s, l: te.sum(q[b, h, s, r] * packed[b, h // group, l // block, r, l % block], axis=r),
+        name="gqa_scores_packed",
+    )
 
 
 def gqa_context_te(p: te.Tensor, v: te.Tensor) -> te.Tensor:

@@ -35,6 +35,8 @@ ruleset                rewrite
                        ``gqa_scores(q, k)`` and ``p @ repeat_heads(v, n)`` ->
                        ``gqa_context(p, v)`` when ``H = KV * n`` and ``B``, ``D`` agree,
                        also through the frontend's reshapes to ``[B * H, ., .]``
+``key_layout``         ``gqa_scores(q, k)`` -> ``gqa_scores_packed(q, k, b)`` when ``k``
+                       is ``[B, KV, L, D]`` with ``L % b == 0``
 ``weight_layout``      ``dense(x, W)`` -> ``dense_packed(x, W, b)`` when ``W`` is a
                        2-D weight of ``N`` rows, ``N % b == 0``; and each part of a
                        merged GEMM -> its ``merged_dense_packed`` (``b`` is
@@ -74,6 +76,7 @@ from .lang import (
     dtype,
     gqa_context,
     gqa_scores,
+    gqa_scores_packed,
     matmul,
     mean_last,
     merged_dense,
@@ -381,6 +384,18 @@ vector (AVX-512), so a packed GEMM's inner loop reads each weight block as conti
 vector loads, one stream per block, instead of ``b`` rows ``4 K`` bytes apart."""
 
 
+def _key_layout() -> list:
+    # The scores read each key along D, so consecutive outputs (keys) lie D apart: a
+    # register tile would gather them.  Packed into blocks of b keys, [B, KV, L / b, D, b],
+    # they are read like a packed weight.  Unlike a weight, the keys change on every run,
+    # so the packing is part of the kernel and of its measured cost.
+    blk = i64(PACK_BLOCK)
+    return [
+        rule(eq(t).to(gqa_scores(a, b)), eq(sw).to(shape(b)), eq(sw.length()).to(i64(4)),
+             eq(sw[2] % blk).to(i64(0))).then(union(t).with_(gqa_scores_packed(a, b, blk)))
+    ]
+
+
 def _weight_layout() -> list:
     # Packing is free only for weights: their layout changes once, when the program is
     # prepared (LiftTransformParams), not on every run.  Merged weights are concats of
@@ -409,6 +424,7 @@ _TABLE: dict[str, list] = {
     "rms_norm": _rms_norm(),
     "prologue_rms_norm": _PROLOGUE_RMS_NORM,
     "gqa_attention": _gqa_attention(),
+    "key_layout": _key_layout(),
     "weight_layout": _weight_layout(),
 }
 

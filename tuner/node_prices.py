@@ -32,6 +32,7 @@ from extract.lowering import (
     dense_packed_te,
     dense_te,
     gqa_context_te,
+    gqa_scores_packed_te,
     gqa_scores_te,
     silu_mul_dense_te,
 )
@@ -64,6 +65,8 @@ def _inputs(op: str, args: Sequence[Shape]) -> tuple[Callable | None, list[Shape
         return silu_mul_dense_te, list(args)
     if op in ("gqa_scores", "gqa_context") and len(args) == 2:
         return (gqa_scores_te if op == "gqa_scores" else gqa_context_te), list(args)
+    if op == "gqa_scores_packed" and len(args) == 2:  # the rule packs by PACK_BLOCK
+        return (lambda q, k: gqa_scores_packed_te(q, k, PACK_BLOCK)), list(args)
     return None
 
 

@@ -14,8 +14,10 @@ vector loads of the weight, optionally with ``k`` blocked so a weight panel of
 They apply where the weight is read along the output's last axis, so that
 ``nr`` consecutive outputs read consecutive weights: a weight packed by the
 ``weight_layout`` rules (``wp[n // b, k, n % b]``) or a ``[K, N]`` operand
-(``w[k, n]``, for example the value operand of attention). A GEMM whose weight
-is read as ``w[n, k]`` gets no seed: its columns would be gathered. Epilogues in
+(``w[k, n]``, for example the value operand of attention; or the keys of attention's
+scores packed inside the kernel by the ``key_layout`` rule, whose packing loop the seed
+spreads over the cores too). A GEMM whose weight is read as ``w[n, k]`` gets no seed:
+its columns would be gathered. Epilogues in
 the same kernel (residual add, SiLU-times-up) are fused into the tile's write.
 
 The tile is not fixed: :func:`seed_tiles` enumerates a small grid of ``mr``,
@@ -183,6 +185,11 @@ def _indexes_last(region, n_var) -> bool:
 
 def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: int) -> None:
     block = sch.get_sblock(name)
+    for producer in sch.get_producers(block):  # keys packed in the kernel: spread over the cores
+        loops = sch.get_loops(producer)
+        if len(loops) > 2 and all(int(iv.iter_type) == 0 for iv in sch.get(producer).iter_vars):
+            sch.parallel(sch.fuse(*loops[:-2]))
+            sch.vectorize(loops[-1])
     *outer, i, j, k = sch.get_loops(block)
     rows, cols = int(sch.get(i).extent), int(sch.get(j).extent)
     if rows < mr or cols < nr:

@@ -25,11 +25,15 @@ from extract.rules import FAMILIES
 from extract.saturate import ProgramEGraph, SaturationLimits, saturate
 
 STAGES = ("prefill", "decode")
+LENGTHS = {"prefill": (16, 16), "decode": (1, 15)}
+"""(tokens, cached tokens) per stage (prefill has no cache; decode's token is the 16th key): attention
+over 16 keys, a whole block of packed keys."""
 
 
 @pytest.fixture(scope="module", params=STAGES)
 def model(request):
-    return load_model("qwen3-tiny", stage=request.param, seq_len=8, kv_len=16)
+    seq_len, kv_len = LENGTHS[request.param]
+    return load_model("qwen3-tiny", stage=request.param, seq_len=seq_len, kv_len=kv_len)
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +111,15 @@ def test_every_ruleset_fires(exploration):
 EXPECTED = {
     "none": {"matmul": 9, "permute_dims(weight)": 7, "dense": 0, "merged_dense/3": 0},
     "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7, "repeat_heads": 2},
-    # merged GEMMs, and every GEMM on a weight packed (the default costs prefer packed)
+    # merged GEMMs, every GEMM on a weight packed and the scores on packed keys (the default
+    # costs prefer packed)
     "merge": {"dense": 0, "dense_packed": 2, "merged_dense_packed/3": 3, "merged_dense_packed/2": 2,
-              "merged_dense/3": 0, "concat": 2},
+              "merged_dense/3": 0, "concat": 2, "gqa_scores_packed": 1},
     "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0},
     # the default costs prefer the input norm as prologue of Q, K and V to merging them
     "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
-            "dense": 0, "matmul": 0, "gqa_scores": 1, "gqa_context": 1, "repeat_heads": 0},
+            "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 1, "gqa_context": 1,
+            "repeat_heads": 0},
     "prologue": {"rms_norm_dense": 5, "dense": 2, "rms_norm": 2, "silu_mul_dense": 0},
 }
 
@@ -247,7 +253,7 @@ STEERING = [
     ),
     (
         {"dense", "merged_dense", "dense_packed", "merged_dense_packed", "silu_mul_dense", "dense_add",
-         "rms_norm_dense", "gqa_scores", "gqa_context"},
+         "rms_norm_dense", "gqa_scores", "gqa_scores_packed", "gqa_context"},
         {"dense": 0, "matmul": 9, "merged_dense/3": 0},
     ),
 ]
@@ -366,6 +372,26 @@ def test_gqa_kernels_match_repeated_heads(group):
     got_scores, got_context = run_module(bb.finalize(), [q, k, v, p])
     np.testing.assert_allclose(got_scores, q @ np.repeat(k, group, axis=1).transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_context, p @ np.repeat(v, group, axis=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_scores_from_packed_keys_match_repeated_heads(group):
+    """``gqa_scores_packed`` packs the keys into ``[B, KV, L / b, D, b]`` in its kernel and
+    computes ``q @ repeat(k)^T``."""
+    from extract.lowering import gqa_scores_packed_te
+    from extract.rules import PACK_BLOCK
+
+    rng = np.random.default_rng(group)
+    q = rng.standard_normal((1, 2 * group, 3, 8)).astype("float32")
+    k = rng.standard_normal((1, 2, 3 * PACK_BLOCK, 8)).astype("float32")
+    bb = relax.BlockBuilder()
+    params = [relax.Var(n, relax.TensorType(a.shape, "float32")) for n, a in zip("qk", (q, k))]
+    with bb.function("main", params):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit_te(lambda a, b: gqa_scores_packed_te(a, b, PACK_BLOCK), *params))
+        bb.emit_func_output(gv)
+    (got,) = run_module(bb.finalize(), [q, k])
+    np.testing.assert_allclose(got, q @ np.repeat(k, group, axis=1).transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("x_shape", [(1, 64), (1, 3, 64)])

@@ -16,6 +16,7 @@ from extract.lang import (
     dtype,
     gqa_context,
     gqa_scores,
+    gqa_scores_packed,
     matmul,
     mean_last,
     merged_dense,
@@ -225,6 +226,13 @@ def gqa_case(
     return egraph([matmul(a, b)], fa, fkv), gqa_scores if kind == "scores" else gqa_context
 
 
+def key_case(keys=2 * PACK_BLOCK, rank=4):
+    """``gqa_scores(q, k)`` over ``keys`` keys (``k`` of ``rank`` dimensions)."""
+    q, fq = leaf("a", (1, 4, SEQ, DEPTH))
+    k, fk = leaf("kv", (1, 2, keys, DEPTH)[4 - rank:])
+    return egraph([gqa_scores(q, k)], fq, fk), gqa_scores_packed
+
+
 def packing_case(rows=64, weight=True, merged=False):
     """``dense(x, W)`` on a weight of ``rows`` rows (a merge of it and another weight of
     ``rows`` rows when ``merged``); ``weight=False`` makes ``W`` an activation."""
@@ -307,6 +315,9 @@ CASES = [
         lambda: gqa_case(flat=True, q_rows=(SEQ, 4)),
         False,
     ),
+    ("key_layout", "scores over a multiple of the block of keys", lambda: key_case(), True),
+    ("key_layout", "keys not a multiple of the block", lambda: key_case(keys=PACK_BLOCK + 1), False),
+    ("key_layout", "keys of three dimensions", lambda: key_case(rank=3), False),
     ("weight_layout", "x @ W^T, N a multiple of the block", lambda: packing_case(), True),
     ("weight_layout", "N not a multiple of the block", lambda: packing_case(rows=72), False),
     ("weight_layout", "W an activation, not a weight", lambda: packing_case(weight=False), False),

@@ -133,3 +133,21 @@ def test_seed_tiles_fit_the_registers_and_lead_with_one_blocked_and_one_unblocke
     assert gemv[0][1] == gemv[1][1] == max(SKINNY_VECTORS) and gemv[0][2] > 0 == gemv[1][2]
     three = seed_tiles(3, cols, depth, lanes, registers)
     assert three and all(mr == 3 and 3 * v + v + 1 <= registers for mr, v, _ in three), "weights held for 3 rows"
+
+
+def test_seeds_of_scores_on_keys_packed_in_the_kernel_compute_them():
+    """The ``key_layout`` kernel packs the keys, then runs a packed GEMM per head: the seeds
+    tile the GEMM and spread the packing loop over the cores."""
+    from tuner.node_prices import node_kernel
+
+    q_shape, k_shape, out_shape = (1, 4, 8, 16), (1, 2, 32, 16), (1, 4, 8, 32)
+    kernel = node_kernel("gqa_scores_packed", out_shape, "float32", [q_shape, k_shape])
+    seeds = gemm_seeds(kernel.func, TARGET)
+    assert seeds
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal(q_shape).astype("float32"), rng.standard_normal(k_shape).astype("float32")
+    for sch in seeds[:LEADING_SEEDS]:
+        pack_loops = sch.get_loops(sch.get_sblock("keys_packed"))
+        assert int(sch.get(pack_loops[0]).kind) == int(tvm.tirx.ForKind.PARALLEL)
+        np.testing.assert_allclose(_run(sch.mod, [q, k], out_shape), q @ np.repeat(k, 2, axis=1).transpose(0, 1, 3, 2),
+                                   rtol=1e-4, atol=1e-4)
