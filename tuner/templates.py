@@ -185,11 +185,7 @@ def _indexes_last(region, n_var) -> bool:
 
 def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: int) -> None:
     block = sch.get_sblock(name)
-    for producer in sch.get_producers(block):  # keys packed in the kernel: spread over the cores
-        loops = sch.get_loops(producer)
-        if len(loops) > 2 and all(int(iv.iter_type) == 0 for iv in sch.get(producer).iter_vars):
-            sch.parallel(sch.fuse(*loops[:-2]))
-            sch.vectorize(loops[-1])
+    producers = [p for p in sch.get_producers(block) if all(int(iv.iter_type) == 0 for iv in sch.get(p).iter_vars)]
     *outer, i, j, k = sch.get_loops(block)
     rows, cols = int(sch.get(i).extent), int(sch.get(j).extent)
     if rows < mr or cols < nr:
@@ -217,3 +213,17 @@ def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: 
     sch.vectorize(jv)
     sch.parallel(sch.fuse(*outer, jo) if outer else jo)
     sch.decompose_reduction(block, ko if blocked else k)
+    for producer in producers:
+        _spread(sch, producer)
+
+
+def _spread(sch: Schedule, block) -> None:
+    """A spatial block before the GEMM (keys packed in the kernel): its outer loops spread
+    over the cores and its last loop vectorised; left serial where TVM refuses."""
+    loops = sch.get_loops(block)
+    if len(loops) > 2:
+        try:
+            sch.parallel(sch.fuse(*loops[:-2]))
+            sch.vectorize(loops[-1])
+        except RuntimeError:  # ScheduleError: the tile stands without it
+            pass
