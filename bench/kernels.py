@@ -34,7 +34,7 @@ import time
 from measure import MeasureConfig
 from measure.roofline import measure_roofline
 
-from .common import BenchResult, Row, median_times, ratio_row
+from .common import SETTLE_S, BenchResult, Row, median_times, ratio_row
 from .tuning import (
     MatmulData,
     MatmulShape,
@@ -113,10 +113,11 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
         f"Roofline measured in this run: peak {roof.peak_flops_per_s / 1e9:.1f} GFLOP/s (TVM-built FMA "
         f"microbenchmark, the best of its register-resident shapes), bandwidth {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s (STREAM copy), {roof.cores} threads.",
         f"Times: median of {REPEAT} repeats in one process, ours, numpy and PyTorch taking turns (one repeat "
-        "each, rotating order), weights rotated through copies that exceed twice the last-level cache; ours is the best schedule our tuner found (its own database, cold, "
-        f"{trials} trials per kernel, its register-blocked GEMM seeds among them where the GEMM has at least "
-        "as many rows as their tile), checked against numpy before timing; ours reads the weight packed into "
-        "[N/16, K, 16] blocks (packed once, not timed), numpy and PyTorch read it as [K, N].",
+        f"each, rotating order, {SETTLE_S} s idle before each so the previous library's threads stop spinning), "
+        "weights rotated through copies that exceed twice the last-level cache; ours is the best schedule our "
+        f"tuner found (its own database, cold, {trials} trials per kernel, its register-blocked seeds among "
+        "them: GEMM tiles, and one-row tiles for a GEMV), checked against numpy before timing; ours reads the "
+        "weight packed into [N/16, K, 16] blocks (packed once, not timed), numpy and PyTorch read it as [K, N].",
         "GB/s counts x, w and out once (the minimum traffic); the roofline is STREAM copy bandwidth.",
     ]
     plot = {"kind": "roofline", "peak_flops_per_s": roof.peak_flops_per_s,
