@@ -28,6 +28,12 @@ def _run(mod, arrays: list[np.ndarray], out_shape) -> np.ndarray:
     return out.numpy()
 
 
+def _pack(w: np.ndarray) -> np.ndarray:
+    """``W [N, K]`` in the packed layout ``[N / 16, K, 16]`` that ``dense_packed_te`` reads."""
+    n, k = w.shape
+    return np.ascontiguousarray(w.reshape(n // 16, 16, k).transpose(0, 2, 1))
+
+
 def _matmul_kn(m, k, n, epilogue: bool):
     """``x [M, K] @ w [K, N]`` (the weight read along N), optionally plus a residual ``r [M, N]``."""
     x, w = te.placeholder((m, k), name="x"), te.placeholder((k, n), name="w")
@@ -51,7 +57,7 @@ def test_seeds_of_a_packed_gemm_compute_the_product(m, k, n):
     assert len(seeds) == len([t for t in tiles if t[1] * lanes <= n])
     rng = np.random.default_rng(0)
     xa, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((n, k)).astype("float32")
-    packed = np.ascontiguousarray(w.reshape(n // 16, 16, k).transpose(0, 2, 1))
+    packed = _pack(w)
     for sch in seeds:
         np.testing.assert_allclose(_run(sch.mod, [xa, packed], (m, n)), xa @ w.T, rtol=1e-4, atol=1e-3)
 
@@ -68,7 +74,7 @@ def test_a_skinny_gemm_gets_tiles_of_all_its_rows_that_compute_the_product(m):
     assert len(seeds) == len(tiles)
     rng = np.random.default_rng(2)
     xa, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((n, k)).astype("float32")
-    packed = np.ascontiguousarray(w.reshape(n // 16, 16, k).transpose(0, 2, 1))
+    packed = _pack(w)
     for sch in seeds:
         np.testing.assert_allclose(_run(sch.mod, [xa, packed], (m, n)), xa @ w.T, rtol=1e-4, atol=1e-3)
 
