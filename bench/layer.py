@@ -44,6 +44,7 @@ import numpy as np
 import tvm
 
 from .common import BenchResult, Row, fmt, ratio_row
+from .tuning import metaschedule_builder
 
 STAGES = ("prefill", "prefill-kv", "decode")
 # (stage, anchor, goal ratio anchor/ours); stages without a goal are reported only.
@@ -69,7 +70,12 @@ def tune_ours(model: str, stage: str, seq_len: int, kv_len: int, trials: int, re
 
 
 def metaschedule_layer(imported, trials: int, target, work_dir: str, repeat: int) -> float:
-    """Median seconds of the layer tuned by ``tune_relax`` with ``trials`` trials in all."""
+    """Median seconds of the layer tuned by ``tune_relax`` with ``trials`` trials in all.
+
+    Trials per iteration are the budget shared out over the extracted tasks (at most
+    MetaSchedule's default 64), so each task is tuned at least once within the budget;
+    the builder is :func:`bench.tuning.metaschedule_builder`.
+    """
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
@@ -80,10 +86,14 @@ def metaschedule_layer(imported, trials: int, target, work_dir: str, repeat: int
               for name, a in zip(imported.param_names, imported.params, strict=True)}
     # TVM's default legalization and fusion, so the layer's kernels are PrimFuncs MetaSchedule can extract
     mod = lower_to_kernels(relax.transform.BindParams("main", params)(imported.mod))
+    # trials per iteration: a share of the budget for each task (at most its default 64), so every
+    # task gets a round before the budget runs out, as ours gives every workload its trials
+    tasks = len(ms.relax_integration.extract_tasks(mod, target))
+    per_iter = min(64, max(1, -(-trials // max(tasks, 1))))
     database = ms.relax_integration.tune_relax(
-        mod, {}, target, work_dir, max_trials_global=max(trials, 1),
-        num_trials_per_iter=min(64, max(trials, 1)),
-        builder=ms.builder.LocalBuilder(timeout_sec=600.0),
+        mod, {}, target, work_dir, max_trials_global=max(trials, per_iter),
+        num_trials_per_iter=per_iter,
+        builder=metaschedule_builder(target),
     )
     executable = ms.relax_integration.compile_relax(database, mod, target, None)
     vm = relax.VirtualMachine(executable, tvm.cpu())

@@ -141,7 +141,7 @@ def run(quick: bool = False, db_dir: str | None = None) -> BenchResult:
         "measurements and, for ours, the untuned default schedule.",
         "MetaSchedule: tune_tir defaults (evolutionary search, XGBoost, 64 trials per iteration or the budget if "
         "smaller); its local builder's timeout raised to 600 s (loaded machines need more than 30 s to start "
-        "its build processes).",
+        "its build processes), which parse only this CPU architecture's tensor intrinsics.",
         "Tuning wall time per kernel (s; ours cold's first kernel includes starting the build pool, whose "
         "processes import TVM's tensor intrinsics; MetaSchedule restarts its build processes every batch): "
         + "; ".join(

@@ -15,6 +15,7 @@ Every best schedule, ours or MetaSchedule's, is then timed by the same timer
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -189,22 +190,37 @@ class OurTuner:
         return save_model(self.db, self.target_rec.target_hash, trainer)
 
 
+def metaschedule_builder(target, timeout_s: float = 600.0):
+    """MetaSchedule's ``LocalBuilder`` whose processes parse only ``target``'s tensor intrinsics.
+
+    Its build processes otherwise import every backend's intrinsics (about 24 s of CPU
+    each, and it starts new ones every batch); the initializer registers the target
+    architecture's first (:func:`measure.tvmapi.register_tensor_intrinsics`). Builds,
+    search and measurement are untouched. The timeout is raised from its 30 s default
+    for loaded machines.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    from measure.tvmapi import register_tensor_intrinsics
+
+    return ms.builder.LocalBuilder(timeout_sec=timeout_s,
+                                   initializer=functools.partial(register_tensor_intrinsics, target))
+
+
 def metaschedule_tune(kernel: Kernel, trials: int, target, work_dir: str, seed: int = 0,
                       trials_per_iter: int = 64, build_timeout_s: float = 600.0) -> list[Trial]:
     """Tune ``kernel`` with MetaSchedule's ``tune_tir`` (its defaults); returns its trials in the order measured.
 
     The order comes from ``database_tuning_record.json``, which MetaSchedule
-    appends to as measurements arrive. The local builder's timeout is raised
-    from its 30 s default because each build batch starts new processes that
-    import TVM's tensor intrinsics, which takes longer than that on a loaded
-    machine; search and measurement are untouched.
+    appends to as measurements arrive. The builder is :func:`metaschedule_builder`;
+    search and measurement are untouched.
     """
     from tvm.s_tir import meta_schedule as ms
 
     shutil.rmtree(work_dir, ignore_errors=True)
     mod = tvm.IRModule({"main": kernel.func.with_attr("global_symbol", "main")})
     ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=min(trials_per_iter, trials),
-                builder=ms.builder.LocalBuilder(timeout_sec=build_timeout_s), seed=seed)
+                builder=metaschedule_builder(target, build_timeout_s), seed=seed)
     out = []
     with open(os.path.join(work_dir, "database_tuning_record.json"), encoding="utf-8") as fh:
         for line in fh:

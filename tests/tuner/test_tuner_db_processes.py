@@ -3,8 +3,9 @@
 Each run tunes a tiny ONNX model (one MatMul + Add, a single fused kernel) with a
 handful of trials. Checks: a killed run leaves a consistent database and its
 rerun resumes (nothing measured twice, the killed session `interrupted`); four
-concurrent runs on overlapping models lose nothing, duplicate nothing and never
-measure a candidate twice on a target, on SQLite and PostgreSQL.
+concurrent runs on overlapping models, measuring through one shared tracker and
+worker, lose nothing, duplicate nothing and never measure a candidate twice on a
+target, on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sqlalchemy import create_engine, text
 
 from database.liveness import STALE_ENV
 from database.scratch import scratch_postgres_schema
+from measure import LocalRPC
 
 TRIALS = 3
 KILLED_TRIALS = 12  # enough that the kill lands mid-run even when measurements are fast and the poll is slow
@@ -50,11 +52,13 @@ def write_matmul_add(path, m: int, k: int, n: int) -> str:
     return str(path)
 
 
-def start_run(model: str, db_url: str, cwd, trials: int = TRIALS) -> subprocess.Popen:
+def start_run(model: str, db_url: str, cwd, trials: int = TRIALS, rpc: LocalRPC | None = None) -> subprocess.Popen:
+    """A `tune run` process; through ``rpc``'s tracker and workers, or its own local ones."""
     env = {**os.environ, STALE_ENV: str(STALE_S)}
+    through = ["--tracker", str(rpc.address), "--key", rpc.key] if rpc else []
     return subprocess.Popen(
         [sys.executable, "-m", "tuner", "run", model, *RUN_ARGS, "--trials", str(trials), "--db", db_url, "--json",
-         "-q",
+         "-q", *through,
          "--artifact-dir", str(cwd / "artifacts")],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -93,6 +97,13 @@ def shared_url(request, tmp_path):
         pytest.skip("set TUNE_TEST_POSTGRES_URL=postgresql+psycopg://USER@HOST:5432/DB to run the PostgreSQL tests")
     with scratch_postgres_schema(raw, "tune_test") as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def shared_rpc():
+    """One tracker and one worker that every concurrent run measures through, as a team's pool."""
+    with LocalRPC(key="shared-pool") as rpc:
+        yield rpc
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
@@ -150,10 +161,10 @@ def test_killed_run_leaves_a_consistent_database_and_the_rerun_resumes(tmp_path)
     assert query(url, "SELECT COUNT(DISTINCT candidate_id) FROM measure_result") == [(KILLED_TRIALS,)]
 
 
-def test_four_concurrent_runs_share_one_database(shared_url, tmp_path):
+def test_four_concurrent_runs_share_one_database(shared_url, shared_rpc, tmp_path):
     a = write_matmul_add(tmp_path / "a.onnx", 8, 16, 8)
     b = write_matmul_add(tmp_path / "b.onnx", 16, 8, 16)
-    procs = [start_run(model, shared_url, tmp_path) for model in (a, b, a, b)]
+    procs = [start_run(model, shared_url, tmp_path, rpc=shared_rpc) for model in (a, b, a, b)]
     try:
         summaries = [finish(p) for p in procs]
     finally:
