@@ -38,6 +38,7 @@ from measure.tvmapi import (
     trace_to_json,
 )
 
+from .row_templates import row_seeds
 from .templates import gemm_seeds
 
 
@@ -117,11 +118,14 @@ class ScheduleSpace:
         return ScheduleCandidate(CandidateRecord(self.workload_hash, DEFAULT_TRACE_JSON), self.mod)
 
     def seeds(self) -> list[ScheduleCandidate]:
-        """Register-blocked GEMM schedules of this kernel (:func:`tuner.templates.gemm_seeds`), or none;
-        the ``LEADING_SEEDS`` most promising first. Built once per space."""
+        """Register-blocked GEMM schedules of this kernel (:func:`tuner.templates.gemm_seeds`, the
+        ``LEADING_SEEDS`` most promising first), else row-wise ones of a row-reduction kernel such as
+        softmax (:func:`tuner.row_templates.row_seeds`), or none. Built once per space."""
         if self._seeds is None:
+            func = self.mod["main"]
+            schedules = gemm_seeds(func, self.target) or row_seeds(func, self.target)
             self._seeds = [ScheduleCandidate(CandidateRecord(self.workload_hash, trace_to_json(sch.trace)), sch.mod)
-                           for sch in gemm_seeds(self.mod["main"], self.target)]
+                           for sch in schedules]
         return list(self._seeds)
 
     def _spaces(self) -> list:
