@@ -26,7 +26,7 @@ program on the worker (median of repeats), MetaSchedule's with the VM's
 ``qwen3-tiny`` prefill at 8 tokens with 2 trials (the database the layer benchmark
 leaves in ``$BENCH_WORK_DIR``, when there is one), target ``qwen3-tiny`` at 16 tokens
 (new shapes) with ``--trials 0`` only, against TVM's default build of the target
-timed in the same run; no cold run and no MetaSchedule (``tune_relax`` takes over 20
+timed in the same run; no cold run and no MetaSchedule (``tune_relax`` takes about 7
 minutes on one tiny stage on 2 cores), so the goals are not judged.
 """
 

@@ -24,9 +24,9 @@ Patterson 2009.  Goals (issue): prefill 1.2x faster than PyTorch eager and 1.5x 
 than MetaSchedule at the same budget; decode at least as fast as PyTorch eager.
 
 ``--quick`` runs the tiny config (``qwen3-tiny``, 8 tokens) with 2 trials per workload,
-the prefill stage only and without the MetaSchedule anchor (``tune_relax`` builds each
-batch in fresh processes; on 2 cores one tiny stage takes it over 20 minutes): a smoke
-test of the script, not a figure.
+the prefill stage only and without the MetaSchedule anchor (``tune_relax`` searches each
+of a tiny layer's two dozen tasks and builds each batch in fresh processes: about 7
+minutes on 2 cores, most of the quick suite's 10): a smoke test of the script, not a figure.
 """
 
 from __future__ import annotations
