@@ -1,11 +1,9 @@
-"""Row-wise schedules seeded into the search of row-reduction kernels (softmax, norms; CPU targets).
+"""Row-wise schedules seeded into the search of row-reduction kernels such as softmax (CPU targets).
 
 A softmax over the last axis is four loop nests in TVM's legalized form (row
-maximum, exponentials, row sum, division), each sweeping the whole tensor: the
-scores of a prefill-kv attention head (128 x 640 float32) pass through memory
-four times, and MetaSchedule's random draws rarely put the nests back together.
-The seed does what a hand-written softmax does (one row at a time, the row kept
-in the L1 cache between its passes, rows spread over the cores): the leading
+maximum, exponentials, row sum, division), each sweeping the whole tensor. The
+seed does what a hand-written softmax does (one row at a time, the row kept in
+the L1 cache between its passes, rows spread over the cores): the leading
 spatial axes of the output are fused into one parallel row loop, every other
 block is computed under it (``compute_at``), spatial intermediates read by one
 block only are inlined, and each block's last loop is vectorised. A second seed
@@ -13,9 +11,17 @@ also vectorises the row reductions: the reduction axis is split by the vector
 width and ``rfactor``-ed into a vector of partial results (max is exact; a sum
 changes its summation order, within float32 rounding).
 
+What they give, measured once on a 2-core AVX-512 Xeon (``time_evaluator``, hot
+cache; softmax of ``[1, 16, 128, 640]`` float32, a prefill-kv attention's scores):
+untuned 5.3 ms, the median of 16 sampled schedules 4.0 ms and their best 2.4 ms,
+the seeds 3.7 and 2.7 ms (the vectorised reductions the faster). The seeds start the
+search near the good schedules; the exponentials bound all of them (PyTorch's
+vectorised ``exp`` makes its softmax 0.35 ms there).
+
 The seeds apply to kernels whose every block iterates the same leading spatial
 axes and one last axis of one extent, with at least one reduction over that last
-axis and a spatial output block. They are ordinary traces, measured and learned
+axis and a spatial output block (a legalized RMSNorm is not of that form: its row
+statistics have one axis fewer). They are ordinary traces, measured and learned
 from like sampled ones (:mod:`tuner.search`).
 """
 
