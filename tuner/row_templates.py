@@ -86,8 +86,7 @@ def _row_length(sch: Schedule) -> int | None:
             return None
         shapes.add(tuple(int(iv.dom.extent) for iv in block.iter_vars))
         kinds_seen.add(kinds[-1])
-    last = [int(iv.iter_type) for iv in blocks[-1].iter_vars][-1]
-    if len(shapes) != 1 or _REDUCE not in kinds_seen or last != _SPATIAL:
+    if len(shapes) != 1 or _REDUCE not in kinds_seen or int(blocks[-1].iter_vars[-1].iter_type) != _SPATIAL:
         return None
     return next(iter(shapes))[-1]
 

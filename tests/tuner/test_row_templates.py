@@ -50,8 +50,10 @@ def test_kernels_of_another_form_get_none():
     r = te.reduce_axis((0, 32), name="r")
     gemm = te.create_prim_func([a, b, te.compute((16, 16), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r))])
     elementwise = te.create_prim_func([a, te.compute((16, 32), lambda i, j: a[i, j] * 2.0)])
-    row_max = te.create_prim_func([a, topi.max(a, axis=-1)])  # a reduction is the output: nothing to fuse after
-    for func in (gemm, elementwise, row_max):
+    row_max = te.create_prim_func([a, topi.max(a, axis=-1)])  # one block: nothing to put under a row loop
+    doubled = te.compute((16, 32), lambda i, j: a[i, j] * 2.0, name="doubled")
+    max_out = te.create_prim_func([a, topi.max(doubled, axis=-1)])  # two blocks, but a reduction is the output
+    for func in (gemm, elementwise, row_max, max_out):
         assert row_seeds(func, TARGET) == []
     assert row_seeds(_softmax((4, 64)), make_target({"kind": "c"})) == []
 
