@@ -61,6 +61,11 @@ Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
                                            kernel: a weight layout choice)
 ``merged_dense_packed(x, Wc, b, i, j)``    ``merged_dense(x, Wc, i, j)`` with the merged
                                            weight packed the same way
+``softmax_last(a)``                        ``relax.nn.softmax(a, axis=-1)``
+``fast_softmax_last(a)``                   ``softmax_last(a)`` with TVM's ``fast_exp``
+                                           (a vectorisable polynomial approximation of
+                                           ``exp``, ``topi.nn.fast_softmax``)
+``fast_silu(a)``                           ``silu(a)`` as ``a / (1 + fast_exp(-a))``
 =========================================  =============================================
 
 ``merged_dense`` is how a merged GEMM appears: the parts of one merged product share the
@@ -98,6 +103,8 @@ __all__ = [
     "decl_name",
     "e_class_facts",
     "dtype",
+    "fast_silu",
+    "fast_softmax_last",
     "get_item",
     "gqa_context",
     "gqa_scores",
@@ -124,6 +131,7 @@ __all__ = [
     "sigmoid",
     "silu",
     "silu_mul_dense",
+    "softmax_last",
     "square",
     "subterms",
 ]
@@ -258,6 +266,18 @@ def merged_dense_packed(
 
 
 @function
+def softmax_last(a: Tensor) -> Tensor: ...
+
+
+@function
+def fast_softmax_last(a: Tensor) -> Tensor: ...
+
+
+@function
+def fast_silu(a: Tensor) -> Tensor: ...
+
+
+@function
 def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
     """Static shape of a tensor e-class (absent for symbolic shapes and tuples)."""
 
@@ -299,6 +319,8 @@ REWRITE_NODES: dict[str, str] = {
     "gqa_scores_packed": "key_layout",
     "dense_packed": "weight_layout",
     "merged_dense_packed": "merge",  # also "weight_layout" (see PACKED_NODES)
+    "fast_softmax_last": "fast_exp",
+    "fast_silu": "fast_exp",
 }
 
 PACKED_NODES: frozenset[str] = frozenset({"dense_packed", "merged_dense_packed"})
@@ -309,7 +331,8 @@ NODE_NAMES: frozenset[str] = frozenset(
     "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "
     "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense dense_bias "
     "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense repeat_heads gqa_scores "
-    "gqa_context gqa_scores_packed".split()
+    "gqa_context gqa_scores_packed dense_packed merged_dense_packed softmax_last fast_softmax_last "
+    "fast_silu".split()
 )
 """Names of the term-language constructors as egglog prints them (its e-nodes)."""
 

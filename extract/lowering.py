@@ -24,7 +24,10 @@ arguments; the rewritten constructors become kernels:
   ``gqa_scores`` and ``gqa_context``: one TE PrimFunc each, a batched GEMM that reads
   head ``h // n`` of the unrepeated K or V; ``gqa_scores_packed(q, k, b)``: one TE
   PrimFunc that packs the keys into ``[B, KV, L / b, D, b]`` and then computes the
-  scores from the packed keys.
+  scores from the packed keys;
+- ``softmax_last``: ``relax.op.nn.softmax`` over the last axis; ``fast_softmax_last``:
+  TVM's ``topi.nn.fast_softmax`` as one TE PrimFunc; ``fast_silu``: one TE PrimFunc,
+  ``a / (1 + fast_exp(-a))`` (:func:`fast_silu_te`).
 
 All TVM calls that build Relax live in this module.
 """
@@ -36,7 +39,7 @@ from typing import Any
 
 import tvm
 from egglog.deconstruct import get_literal_value
-from tvm import relax, te
+from tvm import relax, te, topi
 
 from .lang import Tensor, ints, node_args, node_name
 from .translate import Hole, OpaqueSpec, Translation, static_shape
@@ -166,6 +169,12 @@ class _Lowerer:
             return bb.emit(relax.op.reshape(v[0], list(new_shape)))
         if name in _ELEMENTWISE:
             return bb.emit(_ELEMENTWISE[name](*v))
+        if name == "softmax_last":
+            return bb.emit(relax.op.nn.softmax(v[0], axis=-1))
+        if name == "fast_softmax_last":
+            return bb.emit_te(fast_softmax_te, v[0], primfunc_name_hint="fast_softmax")
+        if name == "fast_silu":
+            return bb.emit_te(fast_silu_te, v[0], primfunc_name_hint="fast_silu")
         if name == "concat":
             return bb.emit(
                 relax.op.concat(
@@ -406,6 +415,27 @@ def silu_mul_dense_te(x: te.Tensor, wg: te.Tensor, wu: te.Tensor) -> te.Tensor:
     g = _gemm(x, wg, "gate")
     u = _gemm(x, wu, "up")
     return te.compute(g.shape, lambda *i: g[i] * te.sigmoid(g[i]) * u[i], name="silu_mul_dense")
+
+
+def fast_softmax_te(a: te.Tensor) -> te.Tensor:
+    """TE of ``fast_softmax_last``: softmax over ``a``'s last axis with TVM's ``fast_exp``.
+
+    ``topi.nn.fast_softmax``: row maximum, ``fast_exp(a - max)``, row sum, division.
+    ``fast_exp`` (``topi.fast_exp``, float32 only) clamps its argument to about
+    ``[-88.4, 88.4]`` and evaluates Cephes' ``expf`` polynomial, so it vectorises where
+    ``exp`` becomes a scalar libm call per element.
+    """
+    return topi.nn.fast_softmax(a, axis=-1)
+
+
+def fast_silu_te(a: te.Tensor) -> te.Tensor:
+    """TE of ``fast_silu``: ``a * sigmoid(a)`` as ``a / (1 + fast_exp(-a))`` (float32).
+
+    The clamp inside ``fast_exp`` keeps both tails finite: ``a`` far below zero gives
+    ``a / (1 + 2.4e38)``, about 0, and far above gives ``a``.
+    """
+    e = topi.fast_exp(te.compute(a.shape, lambda *i: -a[i], name="negate"))
+    return te.compute(a.shape, lambda *i: a[i] / (e[i] + tvm.tirx.const(1.0, a.dtype)), name="fast_silu")
 
 
 def dense_bias_te(x: te.Tensor, w: te.Tensor, b: te.Tensor) -> te.Tensor:

@@ -41,6 +41,10 @@ ruleset                rewrite
                        2-D weight of ``N`` rows, ``N % b == 0``; and each part of a
                        merged GEMM -> its ``merged_dense_packed`` (``b`` is
                        :data:`PACK_BLOCK`)
+``fast_exp``           ``softmax_last(a)`` -> ``fast_softmax_last(a)`` and ``silu(a)``
+                       -> ``fast_silu(a)`` when ``a`` is float32 (TVM's ``fast_exp``
+                       is float32 only): an approximation, so the candidate's
+                       numerical check against the original decides
 =====================  ===============================================================
 
 Merges need weights (values with an :func:`~extract.lang.order`) and list them in
@@ -74,6 +78,8 @@ from .lang import (
     dense_bias,
     dense_packed,
     dtype,
+    fast_silu,
+    fast_softmax_last,
     gqa_context,
     gqa_scores,
     gqa_scores_packed,
@@ -94,6 +100,7 @@ from .lang import (
     sigmoid,
     silu,
     silu_mul_dense,
+    softmax_last,
     square,
 )
 
@@ -110,6 +117,9 @@ dt = var("dt", String)
 _SHAPE_TABLE = [
     (sigmoid(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (silu(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (fast_silu(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (softmax_last(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (fast_softmax_last(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (square(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (rsqrt(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (
@@ -412,6 +422,15 @@ def _weight_layout() -> list:
     ]
 
 
+_FAST_EXP = [
+    # topi's fast_exp: a degree-5 polynomial on the reduced argument (Cephes' expf), the
+    # input clamped to [-88.4, 88.4]; float32 only.
+    rule(eq(t).to(softmax_last(a)), eq(dtype(a)).to(String("float32"))).then(
+        union(t).with_(fast_softmax_last(a))
+    ),
+    rule(eq(t).to(silu(a)), eq(dtype(a)).to(String("float32"))).then(union(t).with_(fast_silu(a))),
+]
+
 _TABLE: dict[str, list] = {
     "transpose_fold": _TRANSPOSE_FOLD,
     "silu": _SILU,
@@ -426,6 +445,7 @@ _TABLE: dict[str, list] = {
     "gqa_attention": _gqa_attention(),
     "key_layout": _key_layout(),
     "weight_layout": _weight_layout(),
+    "fast_exp": _FAST_EXP,
 }
 
 FAMILIES: tuple[str, ...] = tuple(_TABLE)

@@ -435,6 +435,15 @@ def _mean(t: _Translator, call: Any, ty: Any) -> Tensor | None:
     return lang.mean_last(t.term(a))
 
 
+def _softmax(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    """``softmax(a, axis=-1)`` (static rank) is ``softmax_last(a)``."""
+    (a,) = call.args
+    dims = static_shape(a.ty)
+    if dims is None or int(call.attrs.axis) % len(dims) != len(dims) - 1:
+        return None
+    return lang.softmax_last(t.term(a))
+
+
 _FIRST_CLASS = {
     "relax.matmul": _matmul,
     "relax.permute_dims": _permute_dims,
@@ -447,4 +456,5 @@ _FIRST_CLASS = {
     "relax.power": _power,
     "relax.mean": _mean,
     "relax.rsqrt": _unary(lang.rsqrt),
+    "relax.nn.softmax": _softmax,
 }

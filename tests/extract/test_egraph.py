@@ -110,17 +110,20 @@ def test_every_ruleset_fires(exploration):
 # strategy -> constructor counts expected in the term it extracts
 EXPECTED = {
     "none": {"matmul": 9, "permute_dims(weight)": 7, "dense": 0, "merged_dense/3": 0},
-    "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7, "repeat_heads": 2},
+    "transpose_fold": {"matmul": 2, "permute_dims(weight)": 0, "dense": 7, "repeat_heads": 2,
+                       "softmax_last": 1, "fast_softmax_last": 0},
     # merged GEMMs, every GEMM on a weight packed and the scores on packed keys (the default
     # costs prefer packed)
     "merge": {"dense": 0, "dense_packed": 2, "merged_dense_packed/3": 3, "merged_dense_packed/2": 2,
-              "merged_dense/3": 0, "concat": 2, "gqa_scores_packed": 1},
-    "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0},
+              "merged_dense/3": 0, "concat": 2, "gqa_scores_packed": 1, "softmax_last": 0,
+              "fast_softmax_last": 1, "fast_silu": 1},
+    "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0,
+                 "fast_softmax_last": 1, "fast_silu": 0},
     # the default costs prefer the input norm as prologue of Q, K and V to merging them
     "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
             "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 1, "gqa_context": 1,
             "repeat_heads": 0},
-    "prologue": {"rms_norm_dense": 5, "dense": 2, "rms_norm": 2, "silu_mul_dense": 0},
+    "prologue": {"rms_norm_dense": 5, "dense": 2, "rms_norm": 2, "silu_mul_dense": 0, "fast_silu": 1},
 }
 
 
@@ -415,3 +418,31 @@ def test_packed_dense_matches_the_stored_layout(x_shape):
         bb.emit_func_output(gv)
     (got,) = run_module(bb.finalize(), [x, w])
     np.testing.assert_allclose(got, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def _run_te(fn, x: np.ndarray) -> np.ndarray:
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    with bb.function("main", [xv]):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit_te(fn, xv))
+        bb.emit_func_output(gv)
+    (got,) = run_module(bb.finalize(), [x])
+    return got
+
+
+def test_fast_exp_kernels_match_exact_softmax_and_silu():
+    """``fast_softmax_last`` and ``fast_silu`` agree with the exact functions to float32
+    rounding, also for masked scores (float32's lowest) and inputs past exp's range."""
+    from extract.lowering import fast_silu_te, fast_softmax_te
+
+    rng = np.random.default_rng(0)
+    x = (4 * rng.standard_normal((2, 4, 3, 40))).astype("float32")
+    x[..., -5:] = np.finfo("float32").min  # a causal mask's masked keys
+    x[0, 0, 0, :3] = (-200.0, 95.0, 120.0)
+    shifted = np.exp((x - x.max(-1, keepdims=True)).astype("float64"))
+    np.testing.assert_allclose(_run_te(fast_softmax_te, x), shifted / shifted.sum(-1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+    y = np.clip(x, -300.0, 300.0)
+    silu = y.astype("float64") / (1.0 + np.exp(-y.astype("float64")))
+    np.testing.assert_allclose(_run_te(fast_silu_te, y), silu, rtol=1e-5, atol=1e-6)

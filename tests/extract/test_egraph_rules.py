@@ -14,6 +14,8 @@ from extract.lang import (
     dense_bias,
     dense_packed,
     dtype,
+    fast_silu,
+    fast_softmax_last,
     gqa_context,
     gqa_scores,
     gqa_scores_packed,
@@ -34,6 +36,7 @@ from extract.lang import (
     sigmoid,
     silu,
     silu_mul_dense,
+    softmax_last,
     square,
 )
 from extract.rules import ANALYSIS, FAMILIES, PACK_BLOCK, RULESETS
@@ -108,6 +111,12 @@ def silu_case(same=True, swapped=False):
     s = sigmoid(a if same else b)
     m = multiply(s, a) if swapped else multiply(a, s)
     return egraph([m], fa, fb), silu
+
+
+def fast_exp_case(op="softmax", dt=F32):
+    a, fa = leaf("a", (2, 8, 128), dt)
+    node = softmax_last(a) if op == "softmax" else silu(a)
+    return egraph([node], fa), fast_softmax_last if op == "softmax" else fast_silu
 
 
 def reshape_case(same_shapes=True):
@@ -315,6 +324,10 @@ CASES = [
         lambda: gqa_case(flat=True, q_rows=(SEQ, 4)),
         False,
     ),
+    ("fast_exp", "softmax over float32", lambda: fast_exp_case(), True),
+    ("fast_exp", "silu of float32", lambda: fast_exp_case("silu"), True),
+    ("fast_exp", "softmax over float16", lambda: fast_exp_case(dt=F16), False),
+    ("fast_exp", "silu of float16", lambda: fast_exp_case("silu", F16), False),
     ("key_layout", "scores over a multiple of the block of keys", lambda: key_case(), True),
     ("key_layout", "keys not a multiple of the block", lambda: key_case(keys=PACK_BLOCK + 1), False),
     ("key_layout", "keys of three dimensions", lambda: key_case(rank=3), False),
@@ -446,3 +459,13 @@ def test_packed_gemms_join_the_e_class_of_the_product():
     eg2, _ = packing_case()
     saturate_family(eg2, "weight_layout")
     eg2.check(eq(dense(x, w0)).to(dense_packed(x, w0, i64(PACK_BLOCK))))
+
+
+def test_fast_exp_nodes_join_the_e_class_with_its_shape():
+    for op, fast in (("softmax", fast_softmax_last), ("silu", fast_silu)):
+        eg, _ = fast_exp_case(op)
+        saturate_family(eg, "fast_exp")
+        a = Tensor.var("a")
+        exact = softmax_last(a) if op == "softmax" else silu(a)
+        eg.check(eq(exact).to(fast(a)), eq(shape(fast(a))).to(shape_vec((2, 8, 128))),
+                 eq(dtype(fast(a))).to(String(F32)))
