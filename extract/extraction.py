@@ -127,7 +127,8 @@ def default_node_cost(
     Reshapes and weight concatenation (a load-time layout change) are free.  GEMM-like
     nodes count ``2 * out * K`` flops (twice for ``silu_mul_dense``), others one flop per
     output element; GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times
-    faster (both terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times.  Unknown shapes cost one launch.
+    faster (both terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times.
+    Unknown shapes cost one launch.
     """
     if op_name in _FREE or op_name in ("reshape", "concat"):
         return 0.0
@@ -215,9 +216,10 @@ STRATEGIES: dict[str, frozenset[str]] = {
 allows (node families of :data:`extract.lang.REWRITE_NODES`; the others are forbidden).
 Attention without the repeated K and V (``gqa_attention``) only removes work, so every
 strategy that fuses allows it, and so does TVM's vectorisable ``fast_exp`` in softmax and
-SiLU (``fast_exp``), which every candidate's numerical check vets.  Packed weights (``weight_layout``) come with the merges,
-and so do packed keys (``key_layout``), so ``transpose_fold`` stays the candidate with
-every weight and activation in its stored layout."""
+SiLU (``fast_exp``), which every candidate's numerical check vets.  Packed weights
+(``weight_layout``) come with the merges, and so do packed keys (``key_layout``), so
+``transpose_fold`` stays the candidate with every weight and activation in its stored
+layout."""
 
 
 class _DagCost:
