@@ -16,7 +16,9 @@ cache; softmax of ``[1, 16, 128, 640]`` float32, a prefill-kv attention's scores
 untuned 5.3 ms, the median of 16 sampled schedules 4.0 ms and their best 2.4 ms,
 the seeds 3.7 and 2.7 ms (the vectorised reductions the faster). The seeds start the
 search near the good schedules; the exponentials bound all of them (PyTorch's
-vectorised ``exp`` makes its softmax 0.35 ms there).
+vectorised ``exp`` makes its softmax 0.35 ms there), which is why the e-graph also
+offers the softmax with TVM's vectorisable ``fast_exp`` (ruleset ``fast_exp``,
+:mod:`extract.rules`); its kernel gets these seeds too.
 
 The seeds apply to kernels whose every block iterates the same leading spatial
 axes and one last axis of one extent, with at least one reduction over that last

@@ -122,7 +122,7 @@ EXPECTED = {
     # the default costs prefer the input norm as prologue of Q, K and V to merging them
     "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
             "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 1, "gqa_context": 1,
-            "repeat_heads": 0},
+            "repeat_heads": 0, "fast_softmax_last": 1},
     "prologue": {"rms_norm_dense": 5, "dense": 2, "rms_norm": 2, "silu_mul_dense": 0, "fast_silu": 1},
 }
 
