@@ -34,6 +34,7 @@ from egglog.declarations import CallDecl, ValueDecl
 from .lang import (
     PACKED_NODES,
     REWRITE_NODES,
+    SECOND_FAMILY,
     Tensor,
     decl_name,
     e_class_facts,
@@ -128,6 +129,9 @@ def default_node_cost(
     nodes count ``2 * out * K`` flops (twice for ``silu_mul_dense``), others one flop per
     output element; GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times
     faster (both terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times.
+    A fused attention counts its two products' flops, moves its inputs and output only
+    (not the scores), and adds the time of a softmax over its scores (two passes over
+    them in memory; ``fast_attention`` :data:`FAST_EXP_GAIN` times less).
     Unknown shapes cost one launch.
     """
     if op_name in _FREE or op_name in ("reshape", "concat"):
@@ -147,7 +151,13 @@ def default_node_cost(
     gain = PACKED_GAIN if op_name in PACKED_NODES or op_name == "gqa_scores_packed" else 1.0
     if REWRITE_NODES.get(op_name) == "fast_exp":
         gain = FAST_EXP_GAIN
-    return _LAUNCH_S + max(itemsize * moved / DEFAULT_BYTES_PER_S, flops / DEFAULT_FLOPS_PER_S) / gain
+    softmax_s = 0.0
+    if op_name in ("attention", "fast_attention") and len(arg_shapes) > 1 and arg_shapes[1]:
+        keys = arg_shapes[1][2]
+        flops = 4.0 * out * keys  # the scores and the context, 2 * B * H * S * L * D each
+        scores = out // out_shape[-1] * keys
+        softmax_s = 2 * itemsize * scores / DEFAULT_BYTES_PER_S / (FAST_EXP_GAIN if op_name == "fast_attention" else 1.0)
+    return _LAUNCH_S + max(itemsize * moved / DEFAULT_BYTES_PER_S, flops / DEFAULT_FLOPS_PER_S) / gain + softmax_s
 
 
 @dataclass(frozen=True)
@@ -168,7 +178,8 @@ class CandidateGraph:
         ``rms_norm`` (a recognised RMSNorm kept as one op), ``prologue_rms_norm``,
         ``gqa_attention`` (attention products without the repeated K and V),
         ``key_layout`` (scores from packed keys), ``weight_layout`` (GEMMs on packed
-        weights), ``fast_exp`` (softmax and SiLU with TVM's ``fast_exp``).  A
+        weights), ``fast_exp`` (softmax and SiLU with TVM's ``fast_exp``),
+        ``fused_attention`` (attention as one kernel).  A
         merged or fused GEMM counts for its own family only, though it also folds the
         transpose.
     mod : tvm.IRModule
@@ -197,12 +208,12 @@ class CandidateGraph:
     layer_terms: tuple[Tensor, ...] = field(default=(), repr=False, compare=False)
 
 
+_MERGE = frozenset({"transpose_fold", "merge", "key_layout", "weight_layout", "fast_exp"})
 STRATEGIES: dict[str, frozenset[str]] = {
     "all": frozenset(REWRITE_NODES.values()),
+    "merge": _MERGE | {"gqa_attention"},
+    "attention": _MERGE | {"fused_attention"},
     "transpose_fold": frozenset({"transpose_fold"}),
-    "merge": frozenset(
-        {"transpose_fold", "merge", "gqa_attention", "key_layout", "weight_layout", "fast_exp"}
-    ),
     "epilogue": frozenset(
         {"transpose_fold", "silu", "epilogue_silu_mul", "epilogue_add", "epilogue_bias",
          "gqa_attention", "fast_exp"}
@@ -212,14 +223,17 @@ STRATEGIES: dict[str, frozenset[str]] = {
     ),
     "none": frozenset(),
 }
-"""Extraction strategies for :func:`enumerate_candidates`: the rewrite families each
-allows (node families of :data:`extract.lang.REWRITE_NODES`; the others are forbidden).
-Attention without the repeated K and V (``gqa_attention``) only removes work, so every
-strategy that fuses allows it, and so does TVM's vectorisable ``fast_exp`` in softmax and
-SiLU (``fast_exp``), which every candidate's numerical check vets.  Packed weights
-(``weight_layout``) come with the merges, and so do packed keys (``key_layout``), so
-``transpose_fold`` stays the candidate with every weight and activation in its stored
-layout."""
+"""Extraction strategies for :func:`enumerate_candidates`, in the order candidates are
+enumerated: the rewrite families each allows (node families of
+:data:`extract.lang.REWRITE_NODES`; the others are forbidden).  Attention without the
+repeated K and V (``gqa_attention``) only removes work, so every strategy that fuses
+allows it, and so does TVM's vectorisable ``fast_exp`` in softmax and SiLU
+(``fast_exp``), which every candidate's numerical check vets.  ``merge`` and
+``attention`` differ only in attention: ``attention`` forbids the decomposed products,
+so it extracts attention as one fused kernel (``fused_attention``) where the rule
+matched, and the two are measured side by side.  Packed weights (``weight_layout``)
+come with the merges, and so do packed keys (``key_layout``), so ``transpose_fold``
+stays the candidate with every weight and activation in its stored layout."""
 
 
 class _DagCost:
@@ -368,9 +382,9 @@ class LatencyCostModel:
                 cost = default_node_cost(op, out, dtype, arg_shapes)
             self._by_signature[signature] = max(float(cost), 0.0)
         cost = self._by_signature[signature] * share + EPSILON_S
-        family = REWRITE_NODES.get(name)
+        family, second = REWRITE_NODES.get(name), SECOND_FAMILY.get(name)
         if (family is not None and family not in self.allowed) or (
-            name in PACKED_NODES and "weight_layout" not in self.allowed
+            second is not None and second not in self.allowed
         ):
             cost += FORBIDDEN_S
         return cost
@@ -429,8 +443,8 @@ def _family_counts(term: Tensor) -> Counter:
             family = {3: "merge_qkv", 2: "merge_pair"}.get(len(weights), "merge")
         if family is not None:
             counts[family] += 1
-        if name in PACKED_NODES and family != "weight_layout":
-            counts["weight_layout"] += 1
+        if name in SECOND_FAMILY:
+            counts[SECOND_FAMILY[name]] += 1
     return counts
 
 

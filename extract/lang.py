@@ -66,6 +66,11 @@ Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
                                            (a vectorisable polynomial approximation of
                                            ``exp``, ``topi.nn.fast_softmax``)
 ``fast_silu(a)``                           ``silu(a)`` as ``a / (1 + fast_exp(-a))``
+``attention(q, k, v, c, m)``               ``gqa_context(softmax_last(gqa_scores(q, k) *
+                                           c + m), v)`` as one kernel: ``c`` a scalar
+                                           scale, ``m`` an additive mask broadcast to
+                                           the scores ``[B, H, S, L]``; -> ``[B, H, S, D]``
+``fast_attention(q, k, v, c, m)``          ``attention`` with TVM's ``fast_exp``
 =========================================  =============================================
 
 ``merged_dense`` is how a merged GEMM appears: the parts of one merged product share the
@@ -93,8 +98,10 @@ __all__ = [
     "NODE_NAMES",
     "PACKED_NODES",
     "REWRITE_NODES",
+    "SECOND_FAMILY",
     "Tensor",
     "add",
+    "attention",
     "concat",
     "dense",
     "dense_add",
@@ -103,6 +110,7 @@ __all__ = [
     "decl_name",
     "e_class_facts",
     "dtype",
+    "fast_attention",
     "fast_silu",
     "fast_softmax_last",
     "get_item",
@@ -278,6 +286,14 @@ def fast_silu(a: Tensor) -> Tensor: ...
 
 
 @function
+def attention(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, mask: Tensor) -> Tensor: ...
+
+
+@function
+def fast_attention(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, mask: Tensor) -> Tensor: ...
+
+
+@function
 def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
     """Static shape of a tensor e-class (absent for symbolic shapes and tuples)."""
 
@@ -318,21 +334,30 @@ REWRITE_NODES: dict[str, str] = {
     "gqa_context": "gqa_attention",
     "gqa_scores_packed": "key_layout",
     "dense_packed": "weight_layout",
-    "merged_dense_packed": "merge",  # also "weight_layout" (see PACKED_NODES)
+    "merged_dense_packed": "merge",  # also "weight_layout" (see SECOND_FAMILY)
     "fast_softmax_last": "fast_exp",
     "fast_silu": "fast_exp",
+    "attention": "fused_attention",
+    "fast_attention": "fused_attention",  # also "fast_exp" (see SECOND_FAMILY)
 }
 
 PACKED_NODES: frozenset[str] = frozenset({"dense_packed", "merged_dense_packed"})
 """Constructors that read a packed weight: rewrite family ``weight_layout`` (besides
 their own family in :data:`REWRITE_NODES`)."""
 
+SECOND_FAMILY: dict[str, str] = {
+    **{name: "weight_layout" for name in sorted(PACKED_NODES)},
+    "fast_attention": "fast_exp",
+}
+"""Constructors that also belong to a second rewrite family: an extraction strategy
+allows them only when it allows both."""
+
 NODE_NAMES: frozenset[str] = frozenset(
     "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "
     "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense dense_bias "
     "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense repeat_heads gqa_scores "
     "gqa_context gqa_scores_packed dense_packed merged_dense_packed softmax_last fast_softmax_last "
-    "fast_silu".split()
+    "fast_silu attention fast_attention".split()
 )
 """Names of the term-language constructors as egglog prints them (its e-nodes)."""
 

@@ -27,7 +27,9 @@ arguments; the rewritten constructors become kernels:
   scores from the packed keys;
 - ``softmax_last``: ``relax.op.nn.softmax`` over the last axis; ``fast_softmax_last``:
   TVM's ``topi.nn.fast_softmax`` as one TE PrimFunc; ``fast_silu``: one TE PrimFunc,
-  ``a / (1 + fast_exp(-a))`` (:func:`fast_silu_te`).
+  ``a / (1 + fast_exp(-a))`` (:func:`fast_silu_te`);
+- ``attention`` and ``fast_attention``: one TE PrimFunc (:func:`attention_te`), the
+  scale baked in as a constant.
 
 All TVM calls that build Relax live in this module.
 """
@@ -175,6 +177,10 @@ class _Lowerer:
             return bb.emit_te(fast_softmax_te, v[0], primfunc_name_hint="fast_softmax")
         if name == "fast_silu":
             return bb.emit_te(fast_silu_te, v[0], primfunc_name_hint="fast_silu")
+        if name in ("attention", "fast_attention"):
+            scale, fast = self._scalar(args[3]), name == "fast_attention"
+            return bb.emit_te(lambda q, k, vv, m: attention_te(q, k, vv, m, scale, fast),
+                              v[0], v[1], v[2], v[4], primfunc_name_hint=name)
         if name == "concat":
             return bb.emit(
                 relax.op.concat(
@@ -233,7 +239,7 @@ class _Lowerer:
         raise LoweringError(f"cannot lower node {name!r}")
 
     def _scalar(self, term: Any) -> float:
-        """The Python value of a scalar tensor constant leaf (an RMSNorm epsilon)."""
+        """The Python value of a scalar tensor constant leaf (an RMSNorm epsilon, an attention scale)."""
         const = self.memo[term.__egg_typed_expr__]
         if not isinstance(const, tvm.ir.GenericConst) or tuple(const.value.shape) != ():
             raise LoweringError(f"expected a scalar constant, got {term}")
@@ -508,6 +514,46 @@ def gqa_context_te(p: te.Tensor, v: te.Tensor) -> te.Tensor:
     ``out[b, h, s, d] = sum_l p[b, h, s, l] * v[b, h // n, l, d]`` with ``n = H // KV``.
     """
     return _grouped_product(p, v, "gqa_context", keys_last=False)
+
+
+def attention_te(q: te.Tensor, k: te.Tensor, v: te.Tensor, mask: te.Tensor, scale: float,
+                 fast: bool = False) -> te.Tensor:
+    """TE of ``attention`` (``fast_attention`` when ``fast``): grouped-query attention in one PrimFunc.
+
+    ``q [B, H, S, D]``, ``k [B, KV, L, D]``, ``v [B, KV, L, Dv]``, ``mask`` of rank 4 or less
+    broadcasting to ``[B, H, S, L]`` (right-aligned, NumPy rules), all one float dtype
+    -> ``[B, H, S, Dv]``. With ``n = H // KV`` and ``z = scale * (q @ k[:, h // n]^T) + mask``:
+    ``out = (exp(z - max_l z) @ v[:, h // n]) / sum_l exp(z - max_l z)``, which is
+    ``softmax(z) @ v`` with the division by the row sum applied to the ``Dv`` outputs
+    instead of the ``L`` probabilities (as FlashAttention does, Dao et al. 2022).
+    ``fast`` uses ``topi.fast_exp`` (float32 only, see :func:`fast_softmax_te`).
+    Blocks: ``scores``, ``logits``, ``row_max``, ``shifted``, ``exp``, ``row_sum``,
+    ``context``, ``attention``.
+    """
+    batch, heads, rows, dim = q.shape
+    keys, group = k.shape[2], heads // k.shape[1]
+    pad = 4 - len(mask.shape)
+
+    def mask_at(*i: Any) -> Any:
+        return mask[tuple(0 if int(n) == 1 else x for x, n in zip(i[pad:], mask.shape))]
+
+    d = te.reduce_axis((0, dim), name="d")
+    scores = te.compute((batch, heads, rows, keys),
+                        lambda b, h, s, j: te.sum(q[b, h, s, d] * k[b, h // group, j, d], axis=d), name="scores")
+    const = tvm.tirx.const(scale, q.dtype)
+    logits = te.compute(scores.shape, lambda b, h, s, j: scores[b, h, s, j] * const + mask_at(b, h, s, j),
+                        name="logits")
+    j1 = te.reduce_axis((0, keys), name="j1")
+    row_max = te.compute((batch, heads, rows), lambda b, h, s: te.max(logits[b, h, s, j1], axis=j1), name="row_max")
+    shifted = te.compute(scores.shape, lambda b, h, s, j: logits[b, h, s, j] - row_max[b, h, s], name="shifted")
+    exp = topi.fast_exp(shifted) if fast else te.compute(scores.shape, lambda *i: te.exp(shifted[i]), name="exp")
+    j2 = te.reduce_axis((0, keys), name="j2")
+    row_sum = te.compute((batch, heads, rows), lambda b, h, s: te.sum(exp[b, h, s, j2], axis=j2), name="row_sum")
+    j3 = te.reduce_axis((0, keys), name="j3")
+    context = te.compute((batch, heads, rows, v.shape[3]),
+                         lambda b, h, s, e: te.sum(exp[b, h, s, j3] * v[b, h // group, j3, e], axis=j3),
+                         name="context")
+    return te.compute(context.shape, lambda b, h, s, e: context[b, h, s, e] / row_sum[b, h, s], name="attention")
 
 
 def _grouped_product(a: te.Tensor, kv: te.Tensor, name: str, keys_last: bool) -> te.Tensor:

@@ -41,10 +41,15 @@ ruleset                rewrite
                        2-D weight of ``N`` rows, ``N % b == 0``; and each part of a
                        merged GEMM -> its ``merged_dense_packed`` (``b`` is
                        :data:`PACK_BLOCK`)
-``fast_exp``           ``softmax_last(a)`` -> ``fast_softmax_last(a)`` and ``silu(a)``
-                       -> ``fast_silu(a)`` when ``a`` is float32 (TVM's ``fast_exp``
-                       is float32 only): an approximation, so the candidate's
-                       numerical check against the original decides
+``fused_attention``    ``gqa_context(softmax_last(gqa_scores(q, k) * c + m), v)`` (either
+                       order of each product and sum) -> ``attention(q, k, v, c, m)``,
+                       one kernel, when ``c`` is a scalar constant, the masked scores keep the
+                       scores' shape (``m`` broadcasts to them) and all share one dtype
+``fast_exp``           ``softmax_last(a)`` -> ``fast_softmax_last(a)``, ``silu(a)``
+                       -> ``fast_silu(a)`` and ``attention(q, ...)`` ->
+                       ``fast_attention(q, ...)`` when ``a`` or ``q`` is float32 (TVM's
+                       ``fast_exp`` is float32 only): an approximation, so the
+                       candidate's numerical check against the original decides
 =====================  ===============================================================
 
 Merges need weights (values with an :func:`~extract.lang.order`) and list them in
@@ -72,12 +77,14 @@ from egglog import (
 from .lang import (
     Tensor,
     add,
+    attention,
     concat,
     dense,
     dense_add,
     dense_bias,
     dense_packed,
     dtype,
+    fast_attention,
     fast_silu,
     fast_softmax_last,
     gqa_context,
@@ -120,6 +127,14 @@ _SHAPE_TABLE = [
     (fast_silu(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (softmax_last(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (fast_softmax_last(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    *(
+        (
+            node(a, b, d, e, g),
+            [eq(sa).to(shape(a)), eq(sw).to(shape(d)), eq(s).to(Vec[i64](sa[0], sa[1], sa[2], sw[3]))],
+            [eq(dt).to(dtype(a))],
+        )
+        for node in (attention, fast_attention)
+    ),
     (square(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (rsqrt(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
     (
@@ -388,6 +403,30 @@ def _gqa_attention() -> list:
     ]
 
 
+def _fused_attention() -> list:
+    # q [B, H, S, D], kk and v [B, KV, L, D]: their shapes were checked by `gqa_attention`.
+    q, kk, v, c, m, p, z, sc = vars_("aq ak av ac am ap az asc", Tensor)
+    rules = []
+    for scaled in (multiply(sc, c), multiply(c, sc)):
+        for masked in (add(scaled, m), add(m, scaled)):
+            rules.append(
+                rule(
+                    eq(t).to(gqa_context(p, v)),
+                    eq(p).to(softmax_last(z)),
+                    eq(z).to(masked),
+                    eq(sc).to(gqa_scores(q, kk)),
+                    eq(c).to(Tensor.const(var("ac_key", String))),  # baked into the kernel
+                    eq(shape(c)).to(Vec[i64].empty()),
+                    eq(shape(z)).to(shape(sc)),
+                    eq(sa).to(shape(m)),
+                    eq(dt).to(dtype(sc)),
+                    eq(dtype(c)).to(dt),
+                    eq(dtype(m)).to(dt),
+                ).then(union(t).with_(attention(q, kk, v, c, m)))
+            )
+    return rules
+
+
 PACK_BLOCK = 16
 """Rows per block of a packed weight ``[N / b, K, b]``: 16 float32 values are one 512-bit
 vector (AVX-512), so a packed GEMM's inner loop reads each weight block as contiguous
@@ -429,6 +468,9 @@ _FAST_EXP = [
         union(t).with_(fast_softmax_last(a))
     ),
     rule(eq(t).to(silu(a)), eq(dtype(a)).to(String("float32"))).then(union(t).with_(fast_silu(a))),
+    rule(eq(t).to(attention(a, b, d, e, g)), eq(dtype(a)).to(String("float32"))).then(
+        union(t).with_(fast_attention(a, b, d, e, g))
+    ),
 ]
 
 _TABLE: dict[str, list] = {
@@ -443,6 +485,7 @@ _TABLE: dict[str, list] = {
     "rms_norm": _rms_norm(),
     "prologue_rms_norm": _PROLOGUE_RMS_NORM,
     "gqa_attention": _gqa_attention(),
+    "fused_attention": _fused_attention(),
     "key_layout": _key_layout(),
     "weight_layout": _weight_layout(),
     "fast_exp": _FAST_EXP,

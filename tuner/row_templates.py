@@ -62,14 +62,21 @@ def row_seeds(func: PrimFunc, target: tvm.target.Target) -> list[Schedule]:
     if length is None:
         return []
     lanes = vector_lanes(target)
+    return accepted_schedules(mod, _rowwise, [0] + ([lanes] if length % lanes == 0 and length > lanes else []))
+
+
+def accepted_schedules(mod: tvm.IRModule, schedule, lane_options: list[int]) -> list[Schedule]:
+    """``schedule(Schedule(mod), lanes)`` for each of ``lane_options``: the schedules TVM accepted.
+
+    A primitive TVM refuses raises ``ScheduleError`` (a ``RuntimeError``) or the
+    schedule function's own ``ValueError``; that option is left out.
+    """
     seeds = []
-    for split_reductions in (False, True):
-        if split_reductions and (length % lanes or length == lanes):
-            continue
+    for lanes in lane_options:
         sch = Schedule(mod)
         try:
-            _rowwise(sch, lanes if split_reductions else 0)
-        except (RuntimeError, ValueError):  # ScheduleError is a RuntimeError: a primitive refused
+            schedule(sch, lanes)
+        except (RuntimeError, ValueError):
             continue
         seeds.append(sch)
     return seeds

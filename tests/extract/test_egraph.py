@@ -121,8 +121,12 @@ EXPECTED = {
                  "fast_softmax_last": 1, "fast_silu": 0},
     # the default costs prefer the input norm as prologue of Q, K and V to merging them
     "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
-            "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 1, "gqa_context": 1,
-            "repeat_heads": 0, "fast_softmax_last": 1},
+            "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 0, "gqa_context": 0,
+            "repeat_heads": 0, "fast_softmax_last": 0, "fast_attention": 1},
+    # the merges with attention as one kernel
+    "attention": {"merged_dense_packed/3": 3, "merged_dense_packed/2": 2, "gqa_scores_packed": 0,
+                  "gqa_context": 0, "softmax_last": 0, "fast_softmax_last": 0, "attention": 0,
+                  "fast_attention": 1, "fast_silu": 1},
     "prologue": {"rms_norm_dense": 5, "dense": 2, "rms_norm": 2, "silu_mul_dense": 0, "fast_silu": 1},
 }
 
@@ -256,7 +260,7 @@ STEERING = [
     ),
     (
         {"dense", "merged_dense", "dense_packed", "merged_dense_packed", "silu_mul_dense", "dense_add",
-         "rms_norm_dense", "gqa_scores", "gqa_scores_packed", "gqa_context"},
+         "rms_norm_dense", "gqa_scores", "gqa_scores_packed", "gqa_context", "attention", "fast_attention"},
         {"dense": 0, "matmul": 9, "merged_dense/3": 0},
     ),
 ]

@@ -8,12 +8,14 @@ from egglog import EGraph, String, Vec, eq, i64, run, set_
 from extract.lang import (
     Tensor,
     add,
+    attention,
     concat,
     dense,
     dense_add,
     dense_bias,
     dense_packed,
     dtype,
+    fast_attention,
     fast_silu,
     fast_softmax_last,
     gqa_context,
@@ -117,6 +119,14 @@ def fast_exp_case(op="softmax", dt=F32):
     a, fa = leaf("a", (2, 8, 128), dt)
     node = softmax_last(a) if op == "softmax" else silu(a)
     return egraph([node], fa), fast_softmax_last if op == "softmax" else fast_silu
+
+
+def fast_attention_case(dt=F32):
+    q, fq = leaf("q", (1, 4, SEQ, DEPTH), dt)
+    k, fk = leaf("k", (1, 2, KEYS, DEPTH), dt)
+    c, fc = leaf("c", (), dt)
+    m, fm = leaf("m", (1, 1, SEQ, KEYS), dt)
+    return egraph([attention(q, k, k, c, m)], fq, fk, fc, fm), fast_attention
 
 
 def reshape_case(same_shapes=True):
@@ -235,6 +245,29 @@ def gqa_case(
     return egraph([matmul(a, b)], fa, fkv), gqa_scores if kind == "scores" else gqa_context
 
 
+def attention_case(scale_dims=(), mask_dims=(1, 1, SEQ, KEYS), mask_dt=F32, swapped=False,
+                   softmax=True, dt=F32, const_scale=True):
+    """``gqa_context(softmax_last(gqa_scores(q, k) * c + m), v)`` with the facts translation
+    gives: ``c`` a constant (a parameter unless ``const_scale``) of ``scale_dims``, ``m`` of
+    ``mask_dims`` and ``mask_dt``; ``swapped`` writes both the product and the sum the
+    other way round; ``softmax=False`` leaves the softmax out."""
+    q, fq = leaf("q", (1, 4, SEQ, DEPTH), dt)
+    k, fk = leaf("k", (1, 2, KEYS, DEPTH), dt)
+    v, fv = leaf("v", (1, 2, KEYS, DEPTH), dt)
+    c = Tensor.const("c") if const_scale else Tensor.var("c")
+    fc = with_facts(c, scale_dims, dt)
+    m, fm = leaf("m", mask_dims, mask_dt)
+    scores = gqa_scores(q, k)
+    scaled = multiply(c, scores) if swapped else multiply(scores, c)
+    masked = add(m, scaled) if swapped else add(scaled, m)
+    probs = softmax_last(masked) if softmax else masked
+    out_dims = tuple(max(x, y) for x, y in zip((1, 4, SEQ, KEYS), (1,) * (4 - len(mask_dims)) + mask_dims))
+    facts = fq + fk + fv + fc + fm + with_facts(scores, (1, 4, SEQ, KEYS), dt)
+    facts += with_facts(scaled, (1, 4, SEQ, KEYS), dt) + with_facts(masked, out_dims, dt)
+    facts += with_facts(probs, out_dims, dt)
+    return egraph([gqa_context(probs, v)], facts), attention
+
+
 def key_case(keys=2 * PACK_BLOCK, rank=4):
     """``gqa_scores(q, k)`` over ``keys`` keys (``k`` of ``rank`` dimensions)."""
     q, fq = leaf("a", (1, 4, SEQ, DEPTH))
@@ -324,10 +357,21 @@ CASES = [
         lambda: gqa_case(flat=True, q_rows=(SEQ, 4)),
         False,
     ),
+    ("fused_attention", "softmax(q k^T * c + m) v", lambda: attention_case(), True),
+    ("fused_attention", "softmax(m + c * q k^T) v", lambda: attention_case(swapped=True), True),
+    ("fused_attention", "a mask of rank 2", lambda: attention_case(mask_dims=(SEQ, KEYS)), True),
+    ("fused_attention", "c not a scalar", lambda: attention_case(scale_dims=(KEYS,)), False),
+    ("fused_attention", "c a parameter, not a constant", lambda: attention_case(const_scale=False), False),
+    ("fused_attention", "the mask broadcasts the scores", lambda: attention_case(mask_dims=(2, 1, SEQ, KEYS)),
+     False),
+    ("fused_attention", "a mask of another dtype", lambda: attention_case(mask_dt=F16), False),
+    ("fused_attention", "no softmax", lambda: attention_case(softmax=False), False),
     ("fast_exp", "softmax over float32", lambda: fast_exp_case(), True),
     ("fast_exp", "silu of float32", lambda: fast_exp_case("silu"), True),
     ("fast_exp", "softmax over float16", lambda: fast_exp_case(dt=F16), False),
     ("fast_exp", "silu of float16", lambda: fast_exp_case("silu", F16), False),
+    ("fast_exp", "attention in float32", lambda: fast_attention_case(), True),
+    ("fast_exp", "attention in float16", lambda: fast_attention_case(F16), False),
     ("key_layout", "scores over a multiple of the block of keys", lambda: key_case(), True),
     ("key_layout", "keys not a multiple of the block", lambda: key_case(keys=PACK_BLOCK + 1), False),
     ("key_layout", "keys of three dimensions", lambda: key_case(rank=3), False),
@@ -469,3 +513,15 @@ def test_fast_exp_nodes_join_the_e_class_with_its_shape():
         exact = softmax_last(a) if op == "softmax" else silu(a)
         eg.check(eq(exact).to(fast(a)), eq(shape(fast(a))).to(shape_vec((2, 8, 128))),
                  eq(dtype(fast(a))).to(String(F32)))
+
+
+def test_fused_attention_joins_the_context_e_class_with_its_shape():
+    eg, _ = attention_case()
+    saturate_family(eg, "fused_attention")
+    saturate_family(eg, "fast_exp")
+    q, k, v, m = (Tensor.var(n) for n in "qkvm")
+    c = Tensor.const("c")
+    context = gqa_context(softmax_last(add(multiply(gqa_scores(q, k), c), m)), v)
+    fused, fast = attention(q, k, v, c, m), fast_attention(q, k, v, c, m)
+    eg.check(eq(context).to(fused), eq(context).to(fast), eq(shape(fused)).to(shape_vec((1, 4, SEQ, DEPTH))),
+             eq(shape(fast)).to(shape_vec((1, 4, SEQ, DEPTH))), eq(dtype(fast)).to(String(F32)))
