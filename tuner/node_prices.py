@@ -13,7 +13,8 @@ A GEMM-like node whose kernel was not tuned (a node TVM fuses with its neighbour
 a shape or fusion no candidate had) is priced by an estimate: its kernel's roofline
 latency times how far the tuned GEMM-like kernels of the run are from theirs
 (:func:`calibrated_roofline`). Other nodes (elementwise ops, reshapes,
-an RMSNorm prologue, whose epsilon the shapes do not carry) get None:
+an RMSNorm prologue or a fused attention, whose epsilon or scale the shapes do not
+carry) get None:
 :func:`extract.extraction.default_node_cost` prices them.
 """
 
