@@ -9,9 +9,9 @@ FlashAttention-style kernel does (Dao et al. 2022) with the whole row of ``L`` k
 kept in cache (``L`` floats): the output's ``(b, h, s)`` loops are fused into one
 parallel row loop, the elementwise ``logits`` is inlined into its two readers (a
 multiply-add; the exponentials read ``shifted`` many times, so it stays), every other
-block is computed under the row loop (``compute_at``), and the context is accumulated as ``L`` vector updates over the ``Dv`` outputs (the key loop
-outside, the output loop vectorised), so each row of ``V`` is read as contiguous
-vectors. A second seed also vectorises the scores' dot products over ``D`` by
+block is computed under the row loop (``compute_at``), and the context is accumulated
+as ``L`` vector updates over the ``Dv`` outputs (the key loop outside, the output loop
+vectorised), so each row of ``V`` is read as contiguous vectors. A second seed also vectorises the scores' dot products over ``D`` by
 ``rfactor`` (a vector of partial sums in a local buffer under each key, then across
 it), as the row seeds of :mod:`tuner.row_templates` do for a softmax's row reductions.
 
