@@ -11,9 +11,10 @@ parallel row loop, the elementwise ``logits`` is inlined into its two readers (a
 multiply-add; the exponentials read ``shifted`` many times, so it stays), every other
 block is computed under the row loop (``compute_at``), and the context is accumulated
 as ``L`` vector updates over the ``Dv`` outputs (the key loop outside, the output loop
-vectorised), so each row of ``V`` is read as contiguous vectors. A second seed also vectorises the scores' dot products over ``D`` by
-``rfactor`` (a vector of partial sums in a local buffer under each key, then across
-it), as the row seeds of :mod:`tuner.row_templates` do for a softmax's row reductions.
+vectorised), so each row of ``V`` is read as contiguous vectors. A second seed also
+vectorises the scores' dot products over ``D`` by ``rfactor`` (a vector of partial sums
+in a local buffer under each key, then across it), as the row seeds of
+:mod:`tuner.row_templates` do for a softmax's row reductions.
 
 What they give, measured once on a 2-core AVX-512 Xeon (``time_evaluator``, hot cache,
 ``fast_attention`` at Qwen3-0.6B's shapes, 16 query heads over 8 K/V heads of 128):
