@@ -64,9 +64,8 @@ def attention_seeds(func: PrimFunc, target: tvm.target.Target) -> list[Schedule]
     names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
     if len(names) != len(BLOCKS) + 1 or names[-1] != "attention" or not set(BLOCKS) <= set(names):
         return []
-    lanes = vector_lanes(target)
     dim = int(sch.get(sch.get_sblock("scores")).iter_vars[-1].dom.extent)
-    return accepted_schedules(mod, _rowwise, [0] + ([lanes] if dim % lanes == 0 and dim > lanes else []))
+    return accepted_schedules(mod, _rowwise, vector_lanes(target), dim)
 
 
 def _rowwise(sch: Schedule, lanes: int) -> None:

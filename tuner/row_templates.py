@@ -62,20 +62,22 @@ def row_seeds(func: PrimFunc, target: tvm.target.Target) -> list[Schedule]:
     if length is None:
         return []
     lanes = vector_lanes(target)
-    return accepted_schedules(mod, _rowwise, [0] + ([lanes] if length % lanes == 0 and length > lanes else []))
+    return accepted_schedules(mod, _rowwise, lanes, length)
 
 
-def accepted_schedules(mod: tvm.IRModule, schedule, lane_options: list[int]) -> list[Schedule]:
-    """``schedule(Schedule(mod), lanes)`` for each of ``lane_options``: the schedules TVM accepted.
+def accepted_schedules(mod: tvm.IRModule, schedule, lanes: int, extent: int) -> list[Schedule]:
+    """``schedule(Schedule(mod), n)`` with ``n = 0`` (serial reductions), then with ``n = lanes``
+    (reductions vectorised) when ``extent``, the reduced axis, is a multiple of ``lanes``
+    larger than it: the schedules TVM accepted.
 
     A primitive TVM refuses raises ``ScheduleError`` (a ``RuntimeError``) or the
     schedule function's own ``ValueError``; that option is left out.
     """
     seeds = []
-    for lanes in lane_options:
+    for n in [0] + ([lanes] if extent % lanes == 0 and extent > lanes else []):
         sch = Schedule(mod)
         try:
-            schedule(sch, lanes)
+            schedule(sch, n)
         except (RuntimeError, ValueError):
             continue
         seeds.append(sch)
