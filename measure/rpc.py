@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 DEFAULT_TRACKER_PORT = 9190
 LOCAL_KEY = "local"
-_REGISTER_S = 120.0  # how long local workers may take to start and register (importing TVM on a loaded machine)
+_START_S = 120.0  # tracker listening, workers registered: TVM imports slowly on a loaded machine
 
 
 class TrackerError(RuntimeError):
@@ -218,7 +218,7 @@ class LocalRPC:
                                   cpus)
             self._procs.append(proc)
             self.worker_processes.append(proc)
-        deadline = time.monotonic() + _REGISTER_S
+        deadline = time.monotonic() + _START_S
         while workers_for_key(self.address, self.key) < self.workers:
             exited = [p.returncode for p in self.worker_processes if p.poll() is not None]
             if exited:
@@ -226,7 +226,7 @@ class LocalRPC:
                                    f"tracker at {self.address}")
             if time.monotonic() > deadline:
                 raise TrackerError(f"the local workers did not register with the tracker at {self.address} "
-                                   f"within {_REGISTER_S:.0f} s")
+                                   f"within {_START_S:.0f} s")
             time.sleep(0.2)
         return self
 
@@ -241,7 +241,7 @@ class LocalRPC:
         Raises
         ------
         TrackerError
-            When the tracker exits before it listens or does not listen within 30 s.
+            When the tracker exits before it listens or does not listen within 120 s.
         """
         for attempt in range(3):
             host, port = self.address.host, str(self.address.port)
@@ -249,7 +249,7 @@ class LocalRPC:
                 ["tvm.exec.rpc_tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)]
             )
             self._procs.append(self.tracker_process)
-            if _wait_listening(self.address, self.tracker_process, timeout_s=30.0):
+            if _wait_listening(self.address, self.tracker_process, timeout_s=_START_S):
                 return
             self._procs.remove(self.tracker_process)
             if self._fixed_port or self.worker_processes or attempt == 2:
