@@ -164,7 +164,8 @@ def test_worker_killed_mid_batch_keeps_what_it_measured(builds):
 
 
 def test_tracker_restart_mid_run(builds, scale2_reference):
-    config = MeasureConfig(repeat=1, min_repeat_ms=0, device_wait_s=120)  # a restarted tracker imports TVM again: slow on a loaded machine
+    # a restarted tracker imports TVM again, slowly on a loaded machine
+    config = MeasureConfig(repeat=1, min_repeat_ms=0, device_wait_s=120)
     with LocalRPC(key=KEY, workers=1) as rpc:
         runner = Runner(rpc.address, KEY, config)
         try:
