@@ -10,7 +10,10 @@ exactly, the formulation of egg's ILP extractor and of TENSAT (Yang et al., MLSy
 - ``x_n <= y_c'`` for every child e-class ``c'`` of ``n``;
 - acyclicity: a level ``t_c`` in ``[0, C]`` per e-class with
   ``t_c - t_c' >= 1 - (C + 1)(1 - x_n)`` for ``n`` in ``c`` and each child ``c'``;
-- minimise ``sum cost_n x_n``: every chosen e-node is paid once (DAG cost).
+- the parts of one merged GEMM (``merged_dense`` and kin) share a binary ``z_g`` with
+  ``x_n <= z_g``: the whole GEMM is paid once, by ``z_g``, whether one part is used or
+  all of them (the lowering computes the whole GEMM either way);
+- minimise ``sum cost_n x_n + sum cost_g z_g``: every chosen e-node is paid once (DAG cost).
 
 The solver is HiGHS through :func:`scipy.optimize.milp`, with a time limit; when it
 stops at the limit with a feasible program, that program is used (and said to be not
@@ -29,6 +32,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from .extraction import (
+    EPSILON_S,
     CandidateGraph,
     LatencyCostModel,
     NodeCost,
@@ -108,9 +112,17 @@ def extract_exact(
     index = {c: i for i, c in enumerate(classes)}
     root = _root_class(state)
     n_nodes, n_classes = len(nodes), len(classes)
-    # variables: x (nodes), y (classes), t (levels)
-    nx, ny = n_nodes, n_classes
-    size = nx + 2 * ny
+    # A part of a merged GEMM costs the whole GEMM once, however many of its parts are used.
+    groups: dict[tuple, tuple[int, float]] = {}
+    part_of: dict[int, int] = {}
+    for n, (_, decl, _, _) in enumerate(nodes):
+        found = model.merged_group(decl)
+        if found is not None:
+            key, whole = found
+            part_of[n] = groups.setdefault(key, (len(groups), whole))[0]
+    # variables: x (nodes), y (classes), t (levels), z (merged GEMMs)
+    nx, ny, nz = n_nodes, n_classes, len(groups)
+    size = nx + 2 * ny + nz
     rows, cols, vals, lower, upper = [], [], [], [], []
     row = 0
 
@@ -137,16 +149,22 @@ def extract_exact(
             add([(n, 1.0), (nx + k, -1.0)], -np.inf, 0.0)  # x_n <= y_k
             # t_c - t_k - big * x_n >= 1 - big
             add([(nx + ny + c, 1.0), (nx + ny + k, -1.0), (n, -big)], 1.0 - big, np.inf)
+    for n, g in part_of.items():  # x_n <= z_g
+        add([(n, 1.0), (nx + 2 * ny + g, -1.0)], -np.inf, 0.0)
     constraints = LinearConstraint(
         coo_array((vals, (rows, cols)), shape=(row, size)).tocsr(), lower, upper
     )
     cost = np.zeros(size)
-    cost[:nx] = [c * _SCALE for *_, c in nodes]  # microseconds: well above HiGHS' tolerances
+    cost[:nx] = [EPSILON_S * _SCALE if n in part_of else c * _SCALE  # microseconds: well above
+                 for n, (*_, c) in enumerate(nodes)]                     # HiGHS' tolerances
+    for g, whole in groups.values():
+        cost[nx + 2 * ny + g] = whole * _SCALE
     lo, hi = np.zeros(size), np.ones(size)
-    hi[nx + ny :] = n_classes
+    hi[nx + ny : nx + 2 * ny] = n_classes
     lo[nx + index[root]] = 1.0
     integrality = np.zeros(size)
     integrality[: nx + ny] = 1
+    integrality[nx + 2 * ny :] = 1
     start = time.perf_counter()
     result = milp(
         cost,
@@ -163,8 +181,7 @@ def extract_exact(
         pinned = LatencyCostModel(state, node_cost, pinned=chosen)
         pinned._by_signature = model._by_signature  # priced already
         term, _ = _extract(state, pinned)
-        dag = float(sum(model.own_cost(d) for d in chosen))
-        candidate = candidate_from_term(state, term, "exact", dag)
+        candidate = candidate_from_term(state, term, "exact", float(result.fun) / _SCALE)
     optimal = result.status == 0
     if not optimal:
         _LOG.info("exact extraction stopped at its time limit: %s", result.message)

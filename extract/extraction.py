@@ -32,7 +32,6 @@ from egglog import EGraph
 from egglog.declarations import CallDecl, ValueDecl
 
 from .lang import (
-    PACKED_NODES,
     REWRITE_NODES,
     SECOND_FAMILY,
     Tensor,
@@ -93,6 +92,8 @@ _GEMMS = {
     "gqa_scores_packed": 1,
     "dense_packed": 1,
     "merged_dense_packed": 1,
+    "rotary_dense": 1,
+    "rotary_norm_dense": 1,
 }
 _MERGED = {"merged_dense": 2, "merged_dense_bias": 3, "merged_dense_packed": 3}  # name -> position of ``begin``
 PACKED_GAIN = 1.25
@@ -148,7 +149,8 @@ def default_node_cost(
     x_shape = arg_shapes[0] if arg_shapes else None
     if op_name in _GEMMS and x_shape:
         flops = 2.0 * _GEMMS[op_name] * out * x_shape[-1]
-    gain = PACKED_GAIN if op_name in PACKED_NODES or op_name == "gqa_scores_packed" else 1.0
+    packed = SECOND_FAMILY.get(op_name) == "weight_layout" or op_name == "gqa_scores_packed"
+    gain = PACKED_GAIN if packed else 1.0
     if REWRITE_NODES.get(op_name) == "fast_exp":
         gain = FAST_EXP_GAIN
     softmax_s = 0.0
@@ -179,7 +181,9 @@ class CandidateGraph:
         ``gqa_attention`` (attention products without the repeated K and V),
         ``key_layout`` (scores from packed keys), ``weight_layout`` (GEMMs on packed
         weights), ``fast_exp`` (softmax and SiLU with TVM's ``fast_exp``),
-        ``fused_attention`` (attention as one kernel).  A
+        ``fused_attention`` (attention as one kernel), ``rotary`` (a recognised rotary
+        embedding kept as one op), ``epilogue_rotary`` (rotary embedding in the Q/K
+        projection's kernel).  A
         merged or fused GEMM counts for its own family only, though it also folds the
         transpose.
     mod : tvm.IRModule
@@ -313,6 +317,7 @@ class LatencyCostModel:
         self._shape: dict[Any, Shape] = {v: f for (name, v), f in facts.items() if name == "shape"}
         self._dtype: dict[Any, str] = {v: str(f) for (name, v), f in facts.items() if name == "dtype"}
         self._own: dict[CallDecl, float] = {}
+        self._groups: dict[CallDecl, tuple[tuple, float]] = {}
         self._memo: dict[tuple, tuple[_DagCost, list[_DagCost]]] = {}
         self._nodes = [
             (value, call)
@@ -333,6 +338,13 @@ class LatencyCostModel:
         if decl not in self._own:
             self._own[decl] = self._price(decl)
         return self._own[decl]
+
+    def merged_group(self, decl: CallDecl) -> tuple[tuple, float] | None:
+        """For a part of a merged GEMM: (a key shared by the parts of that GEMM, the whole
+        GEMM's cost in seconds); None for other e-nodes. :meth:`own_cost` charges a part only
+        its share of the GEMM, which undercounts a part used without the others."""
+        self.own_cost(decl)
+        return self._groups.get(decl)
 
     def __call__(self, egraph: EGraph, expr: Any, children_costs: list[_DagCost]) -> _DagCost:
         decl = expr.__egg_typed_expr__.expr
@@ -382,6 +394,9 @@ class LatencyCostModel:
                 cost = default_node_cost(op, out, dtype, arg_shapes)
             self._by_signature[signature] = max(float(cost), 0.0)
         cost = self._by_signature[signature] * share + EPSILON_S
+        if name in _MERGED and share < 1.0:
+            at = _MERGED[name]
+            self._groups[decl] = ((name, *args[:at]), self._by_signature[signature])
         family, second = REWRITE_NODES.get(name), SECOND_FAMILY.get(name)
         if (family is not None and family not in self.allowed) or (
             second is not None and second not in self.allowed
@@ -449,8 +464,21 @@ def _family_counts(term: Tensor) -> Counter:
 
 
 def _extract(state: ProgramEGraph, model: LatencyCostModel) -> tuple[Tensor, float]:
+    """The cheapest term and its cost in seconds, each merged GEMM it uses paid whole once.
+
+    The extractor compares e-nodes with a merged part charged its share of the GEMM (so
+    that costs stay monotone); the cost returned is what the lowered program computes: a
+    part used without the others still computes the whole GEMM."""
     term, cost = state.egraph.extract(state.root, include_cost=True, cost_model=model)
-    return term, cost.total
+    total, groups = 0.0, {}
+    for decl, part in cost.parts.items():
+        found = model.merged_group(decl) if isinstance(decl, CallDecl) else None
+        if found is None:
+            total += part
+        else:
+            groups[found[0]] = found[1]
+            total += part - model.own_cost(decl) + EPSILON_S  # keeps a forbidden or pinned surcharge
+    return term, total + math.fsum(groups.values())
 
 
 def _room(state: ProgramEGraph) -> Any:

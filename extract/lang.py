@@ -71,6 +71,21 @@ Constructor semantics (``x @ W^T`` reads ``W`` in its stored ``[N, K]`` layout):
                                            scale, ``m`` an additive mask broadcast to
                                            the scores ``[B, H, S, L]``; -> ``[B, H, S, D]``
 ``fast_attention(q, k, v, c, m)``          ``attention`` with TVM's ``fast_exp``
+``rotate_half(a)``                         ``concat([-a[..., D/2:], a[..., :D/2]], -1)``
+                                           for ``a [..., D]``, ``D`` even (rotary
+                                           embedding's half rotation, Su et al. 2021)
+``rotary(x, c, s)``                        ``x * c + rotate_half(x) * s``: rotary
+                                           position embedding; ``c`` (cosines) and ``s``
+                                           (sines) broadcast to ``x``
+``rotary_dense(x, W, c, s, hs)``           ``rotary(permute_dims(reshape(dense(x, W),
+                                           hs), [0, 2, 1, 3]), c, s)`` as one kernel:
+                                           the Q or K projection with its head split
+                                           ``hs = [B, S, H, D]`` and rotary embedding as
+                                           the GEMM's epilogue; -> ``[B, H, S, D]``
+``rotary_norm_dense(x, W, g, eps, c, s,    the same with a per-head RMSNorm between the
+hs)``                                      split and the rotation (Qwen3's Q/K norm):
+                                           ``rotary(permute_dims(rms_norm(reshape(
+                                           dense(x, W), hs), g, eps), ...), c, s)``
 =========================================  =============================================
 
 ``merged_dense`` is how a merged GEMM appears: the parts of one merged product share the
@@ -134,6 +149,10 @@ __all__ = [
     "reshape",
     "rms_norm",
     "rms_norm_dense",
+    "rotary",
+    "rotary_dense",
+    "rotary_norm_dense",
+    "rotate_half",
     "rsqrt",
     "shape",
     "sigmoid",
@@ -294,6 +313,24 @@ def fast_attention(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, mask: Tensor)
 
 
 @function
+def rotate_half(a: Tensor) -> Tensor: ...
+
+
+@function
+def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor: ...
+
+
+@function
+def rotary_dense(x: Tensor, w: Tensor, cos: Tensor, sin: Tensor, heads_shape: Vec[i64]) -> Tensor: ...
+
+
+@function
+def rotary_norm_dense(
+    x: Tensor, w: Tensor, g: Tensor, eps: Tensor, cos: Tensor, sin: Tensor, heads_shape: Vec[i64]
+) -> Tensor: ...
+
+
+@function
 def shape(t: Tensor) -> Vec[i64]:  # type: ignore[empty-body]
     """Static shape of a tensor e-class (absent for symbolic shapes and tuples)."""
 
@@ -339,6 +376,9 @@ REWRITE_NODES: dict[str, str] = {
     "fast_silu": "fast_exp",
     "attention": "fused_attention",
     "fast_attention": "fused_attention",  # also "fast_exp" (see SECOND_FAMILY)
+    "rotary": "rotary",
+    "rotary_dense": "epilogue_rotary",  # also "weight_layout" (see SECOND_FAMILY)
+    "rotary_norm_dense": "epilogue_rotary",  # also "weight_layout"
 }
 
 PACKED_NODES: frozenset[str] = frozenset({"dense_packed", "merged_dense_packed"})
@@ -348,6 +388,8 @@ their own family in :data:`REWRITE_NODES`)."""
 SECOND_FAMILY: dict[str, str] = {
     **{name: "weight_layout" for name in sorted(PACKED_NODES)},
     "fast_attention": "fast_exp",
+    "rotary_dense": "weight_layout",  # the fused kernel reads the weight packed
+    "rotary_norm_dense": "weight_layout",
 }
 """Constructors that also belong to a second rewrite family: an extraction strategy
 allows them only when it allows both."""
@@ -357,7 +399,7 @@ NODE_NAMES: frozenset[str] = frozenset(
     "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense dense_bias "
     "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense repeat_heads gqa_scores "
     "gqa_context gqa_scores_packed dense_packed merged_dense_packed softmax_last fast_softmax_last "
-    "fast_silu attention fast_attention".split()
+    "fast_silu attention fast_attention rotate_half rotary rotary_dense rotary_norm_dense".split()
 )
 """Names of the term-language constructors as egglog prints them (its e-nodes)."""
 

@@ -29,7 +29,11 @@ arguments; the rewritten constructors become kernels:
   TVM's ``topi.nn.fast_softmax`` as one TE PrimFunc; ``fast_silu``: one TE PrimFunc,
   ``a / (1 + fast_exp(-a))`` (:func:`fast_silu_te`);
 - ``attention`` and ``fast_attention``: one TE PrimFunc (:func:`attention_te`), the
-  scale baked in as a constant.
+  scale baked in as a constant;
+- ``rotate_half`` and ``rotary``: the Relax ops they were translated from (two
+  ``strided_slice``, ``negative``, ``concat``; the products and sum);
+  ``rotary_dense`` and ``rotary_norm_dense``: the weight packed as for ``dense_packed``,
+  then one TE PrimFunc (:func:`rotary_dense_te`).
 
 All TVM calls that build Relax live in this module.
 """
@@ -44,6 +48,7 @@ from egglog.deconstruct import get_literal_value
 from tvm import relax, te, topi
 
 from .lang import Tensor, ints, node_args, node_name
+from .rules import PACK_BLOCK
 from .translate import Hole, OpaqueSpec, Translation, static_shape
 
 __all__ = ["LoweringError", "emit_function", "lower"]
@@ -181,6 +186,20 @@ class _Lowerer:
             scale, fast = self._scalar(args[3]), name == "fast_attention"
             return bb.emit_te(lambda q, k, vv, m: attention_te(q, k, vv, m, scale, fast),
                               v[0], v[1], v[2], v[4], primfunc_name_hint=name)
+        if name == "rotate_half":
+            return self._rotate_half(v[0])
+        if name == "rotary":
+            turned = bb.emit(relax.op.multiply(self._rotate_half(v[0]), v[2]))
+            return bb.emit(relax.op.add(bb.emit(relax.op.multiply(v[0], v[1])), turned))
+        if name in ("rotary_dense", "rotary_norm_dense"):
+            heads = ints(args[-1])
+            packed = self._packed(args[1], PACK_BLOCK)
+            if name == "rotary_dense":
+                return bb.emit_te(lambda x, wp, c, sn: rotary_dense_te(x, wp, c, sn, heads),
+                                  v[0], packed, v[2], v[3], primfunc_name_hint=name)
+            eps = self._scalar(args[3])
+            return bb.emit_te(lambda x, wp, g, c, sn: rotary_dense_te(x, wp, c, sn, heads, g, eps),
+                              v[0], packed, v[2], v[4], v[5], primfunc_name_hint=name)
         if name == "concat":
             return bb.emit(
                 relax.op.concat(
@@ -263,6 +282,14 @@ class _Lowerer:
 
         args = [fill(t) for t in spec.args]
         return self.bb.emit(relax.Call(spec.op, args, spec.attrs, list(spec.ty_args)))
+
+    def _rotate_half(self, x: Any) -> Any:
+        """``concat([-x[..., D/2:], x[..., :D/2]], -1)`` as the Relax ops it was translated from."""
+        dims = static_shape(x.ty)
+        last, half = len(dims) - 1, dims[-1] // 2
+        upper = self.bb.emit(relax.op.strided_slice(x, axes=[last], begin=[half], end=[dims[-1]]))
+        lower = self.bb.emit(relax.op.strided_slice(x, axes=[last], begin=[0], end=[half]))
+        return self.bb.emit(relax.op.concat([self.bb.emit(relax.op.negative(upper)), lower], axis=-1))
 
     def _packed(self, weight: Any, block: int) -> Any:
         """The weight term's value ``[N, K]`` packed into ``[N / block, K, block]``
@@ -532,10 +559,7 @@ def attention_te(q: te.Tensor, k: te.Tensor, v: te.Tensor, mask: te.Tensor, scal
     """
     batch, heads, rows, dim = q.shape
     keys, group = k.shape[2], heads // k.shape[1]
-    pad = 4 - len(mask.shape)
-
-    def mask_at(*i: Any) -> Any:
-        return mask[tuple(0 if int(n) == 1 else x for x, n in zip(i[pad:], mask.shape))]
+    mask_at = _broadcast_reader(mask, 4)
 
     d = te.reduce_axis((0, dim), name="d")
     scores = te.compute((batch, heads, rows, keys),
@@ -554,6 +578,75 @@ def attention_te(q: te.Tensor, k: te.Tensor, v: te.Tensor, mask: te.Tensor, scal
                          lambda b, h, s, e: te.sum(exp[b, h, s, j3] * v[b, h // group, j3, e], axis=j3),
                          name="context")
     return te.compute(context.shape, lambda b, h, s, e: context[b, h, s, e] / row_sum[b, h, s], name="attention")
+
+
+def rotary_dense_te(x: te.Tensor, wp: te.Tensor, cos: te.Tensor, sin: te.Tensor,
+                    heads: tuple[int, ...], g: te.Tensor | None = None, eps: float = 0.0) -> te.Tensor:
+    """TE of ``rotary_dense`` (``rotary_norm_dense`` when ``g`` is given): a projection,
+    its head split and rotary position embedding in one PrimFunc.
+
+    ``x [..., K]`` (``M`` rows in all), ``wp [N / b, K, b]`` (``W [N, K]`` packed as for
+    :func:`dense_packed_te`), ``heads = (B, S, H, D)`` with ``B * S = M`` and
+    ``H * D = N``, ``cos`` and ``sin`` of rank 4 or less broadcasting to ``[B, H, S, D]``,
+    ``g [D]``; one float dtype -> ``[B, H, S, D]``.  With ``y = x @ W^T`` as ``[M, H, D]``,
+    optionally normalised per head (``y * rsqrt(mean_d(y^2) + eps) * g``, RMSNorm, Zhang
+    and Sennrich 2019), ``out[b, h, s, d] = y[m, h, d] * cos + sign(d) * y[m, h, (d + D/2)
+    % D] * sin`` with ``m = b * S + s`` and ``sign`` -1 on the first half of ``D``, +1 on the
+    second: ``y * cos + rotate_half(y) * sin`` (RoFormer, Su et al. 2021, as transformers
+    computes it).  Blocks: ``rows`` (``x`` as ``[M, K]``, when not 2-D), ``dense_packed``, with ``g``
+    ``sumsq`` and ``rms_scale``, then ``rotary``.
+    """
+    batch, seq, n_heads, dim = heads
+    rows = batch * seq
+    x2 = x if len(x.shape) == 2 else te.compute(
+        (rows, x.shape[-1]), lambda m, kk: x[(*_unravel(m, x.shape[:-1]), kk)], name="rows")
+    y = dense_packed_te(x2, wp)
+    half = dim // 2
+    if g is None:
+        def normed(m: Any, h: Any, d: Any) -> Any:
+            return y[m, h * dim + d]
+    else:
+        j = te.reduce_axis((0, dim), name="j")
+        sumsq = te.compute((rows, n_heads), lambda m, h: te.sum(y[m, h * dim + j] * y[m, h * dim + j], axis=j),
+                           name="sumsq")
+        scale = te.compute(
+            (rows, n_heads),
+            lambda m, h: te.rsqrt(sumsq[m, h] / te.const(dim, x.dtype) + te.const(eps, x.dtype)),
+            name="rms_scale",
+        )
+
+        def normed(m: Any, h: Any, d: Any) -> Any:
+            return y[m, h * dim + d] * scale[m, h] * g[d]
+    cos_at, sin_at = _broadcast_reader(cos, 4), _broadcast_reader(sin, 4)
+    one = tvm.tirx.const(1.0, x.dtype)
+
+    def rotate(b: Any, h: Any, s: Any, d: Any) -> Any:
+        m = b * seq + s
+        sign = tvm.tirx.Select(d < half, -one, one)
+        return (normed(m, h, d) * cos_at(b, h, s, d)
+                + sign * normed(m, h, (d + half) % dim) * sin_at(b, h, s, d))
+
+    return te.compute((batch, n_heads, seq, dim), rotate, name="rotary")
+
+
+def _unravel(flat: Any, dims: Any) -> tuple:
+    """The index into ``dims`` (row-major) of the flat position ``flat``."""
+    index = []
+    for n in reversed([int(n) for n in dims[1:]]):
+        index.append(flat % n)
+        flat = flat // n
+    return (flat, *reversed(index))
+
+
+def _broadcast_reader(t: te.Tensor, rank: int) -> Any:
+    """``read(*i)``: ``t`` (rank ``rank`` or less) at the index ``i`` of the ``rank``-D
+    shape it broadcasts to (right-aligned, NumPy rules: size-1 axes read index 0)."""
+    pad = rank - len(t.shape)
+
+    def read(*i: Any) -> Any:
+        return t[tuple(0 if int(n) == 1 else x for x, n in zip(i[pad:], t.shape))]
+
+    return read
 
 
 def _grouped_product(a: te.Tensor, kv: te.Tensor, name: str, keys_last: bool) -> te.Tensor:

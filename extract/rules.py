@@ -45,6 +45,16 @@ ruleset                rewrite
                        order of each product and sum) -> ``attention(q, k, v, c, m)``,
                        one kernel, when ``c`` is a scalar constant, the masked scores keep the
                        scores' shape (``m`` broadcasts to them) and all share one dtype
+``rotary``             ``x * c + rotate_half(x) * s`` (either order of each product and
+                       of the sum) -> ``rotary(x, c, s)`` when ``c`` and ``s`` broadcast to
+                       ``x`` and all share one dtype (lowered as the same elementwise ops)
+``epilogue_rotary``    ``rotary(permute_dims(reshape(dense(x, W), hs), [0, 2, 1, 3]), c, s)``
+                       -> ``rotary_dense(x, W, c, s, hs)``, and the same with
+                       ``rms_norm(reshape(...), g, eps)`` (Qwen3's per-head Q/K norm) ->
+                       ``rotary_norm_dense``, one kernel each, when ``hs = [B, S, H, D]``
+                       splits the product's ``N = H * D`` columns into heads and ``W`` is
+                       a 2-D weight with ``N % b == 0`` (the kernel reads it packed,
+                       :data:`PACK_BLOCK`), ``eps`` a constant
 ``fast_exp``           ``softmax_last(a)`` -> ``fast_softmax_last(a)``, ``silu(a)``
                        -> ``fast_silu(a)`` and ``attention(q, ...)`` ->
                        ``fast_attention(q, ...)`` when ``a`` or ``q`` is float32 (TVM's
@@ -102,6 +112,10 @@ from .lang import (
     reshape,
     rms_norm,
     rms_norm_dense,
+    rotary,
+    rotary_dense,
+    rotary_norm_dense,
+    rotate_half,
     rsqrt,
     shape,
     sigmoid,
@@ -143,6 +157,12 @@ _SHAPE_TABLE = [
         [eq(dt).to(dtype(a))],
     ),
     (rms_norm(x, g, e), [eq(s).to(shape(x))], [eq(dt).to(dtype(x))]),
+    (rotate_half(a), [eq(s).to(shape(a))], [eq(dt).to(dtype(a))]),
+    (rotary(x, d, e), [eq(s).to(shape(x))], [eq(dt).to(dtype(x))]),
+    *(
+        (node, [eq(s).to(Vec[i64](s2[0], s2[2], s2[1], s2[3]))], [eq(dt).to(dtype(x))])
+        for node in (rotary_dense(x, w, d, e, s2), rotary_norm_dense(x, w, g, b, d, e, s2))
+    ),
     (
         add(a, b),
         [eq(s).to(shape(a)), eq(shape(b)).to(s)],
@@ -427,6 +447,49 @@ def _fused_attention() -> list:
     return rules
 
 
+def _rotary() -> list:
+    # `d` and `e` are the cosines and sines; they broadcast to `x` (the sum keeps x's shape).
+    rules = []
+    for cos_term in (multiply(x, d), multiply(d, x)):
+        for sin_term in (multiply(rotate_half(x), e), multiply(e, rotate_half(x))):
+            for total in (add(cos_term, sin_term), add(sin_term, cos_term)):
+                rules.append(
+                    rule(
+                        eq(t).to(total),
+                        eq(shape(t)).to(shape(x)),
+                        eq(dt).to(dtype(x)),
+                        eq(dtype(d)).to(dt),
+                        eq(dtype(e)).to(dt),
+                    ).then(union(t).with_(rotary(x, d, e)))
+                )
+    return rules
+
+
+def _epilogue_rotary() -> list:
+    # The projection's [..., H * D] output split into heads `s2 = [B, S, H, D]` and moved to
+    # [B, H, S, D]; the fused kernel reads the weight packed (a weight, N % PACK_BLOCK == 0).
+    y = dense(x, w)
+    heads = [
+        eq(s2.length()).to(i64(4)),
+        eq(sw).to(shape(w)),
+        eq(sw.length()).to(i64(2)),
+        eq(sw[0]).to(s2[2] * s2[3]),
+        eq(sw[0] % i64(PACK_BLOCK)).to(i64(0)),
+        eq(var("wo", i64)).to(order(w)),
+    ]
+    to_heads = Vec[i64](i64(0), i64(2), i64(1), i64(3))
+    return [
+        rule(eq(t).to(rotary(permute_dims(reshape(y, s2), to_heads), d, e)), *heads).then(
+            union(t).with_(rotary_dense(x, w, d, e, s2))
+        ),
+        rule(
+            eq(t).to(rotary(permute_dims(rms_norm(reshape(y, s2), g, b), to_heads), d, e)),
+            *heads,
+            eq(b).to(Tensor.const(var("eps_key", String))),  # baked into the kernel
+        ).then(union(t).with_(rotary_norm_dense(x, w, g, b, d, e, s2))),
+    ]
+
+
 PACK_BLOCK = 16
 """Rows per block of a packed weight ``[N / b, K, b]``: 16 float32 values are one 512-bit
 vector (AVX-512), so a packed GEMM's inner loop reads each weight block as contiguous
@@ -486,6 +549,8 @@ _TABLE: dict[str, list] = {
     "prologue_rms_norm": _PROLOGUE_RMS_NORM,
     "gqa_attention": _gqa_attention(),
     "fused_attention": _fused_attention(),
+    "rotary": _rotary(),
+    "epilogue_rotary": _epilogue_rotary(),
     "key_layout": _key_layout(),
     "weight_layout": _weight_layout(),
     "fast_exp": _FAST_EXP,

@@ -444,6 +444,56 @@ def _softmax(t: _Translator, call: Any, ty: Any) -> Tensor | None:
     return lang.softmax_last(t.term(a))
 
 
+def _concat(t: _Translator, call: Any, ty: Any) -> Tensor | None:
+    """``concat([negative(x[..., D/2:]), x[..., :D/2]], axis=-1)`` is ``rotate_half(x)``.
+
+    That is how transformers' ``rotate_half`` (rotary position embedding, Su et al.
+    2021) exports: two ``strided_slice`` of the last axis of one ``x [..., D]`` with a
+    static, even ``D``, the upper half negated and put first.
+    """
+    parts = call.args[0]
+    dims = static_shape(ty)
+    if not isinstance(parts, tvm.ir.Tuple) or len(parts.fields) != 2 or dims is None:
+        return None
+    if int(call.attrs.axis) % len(dims) != len(dims) - 1 or dims[-1] % 2:
+        return None
+    negated = t.bound.get(parts.fields[0])
+    if not _is_op(negated, "relax.negative"):
+        return None
+    upper, lower = t.bound.get(negated.args[0]), t.bound.get(parts.fields[1])
+    half = dims[-1] // 2
+    if not (_last_axis_slice(upper, half, dims) and _last_axis_slice(lower, 0, dims)):
+        return None
+    x = upper.args[0]
+    if not x.same_as(lower.args[0]) or static_shape(x.ty) != dims or tensor_dtype(x.ty) != tensor_dtype(ty):
+        return None
+    return lang.rotate_half(t.term(x))
+
+
+def _last_axis_slice(call: Any, begin: int, dims: tuple[int, ...]) -> bool:
+    """Whether ``call`` is ``strided_slice(x, [last], [begin], [begin + D/2])`` with unit strides."""
+    if not _is_op(call, "relax.strided_slice") or len(call.args) < 4:
+        return False
+    sliced = static_shape(call.ty)
+    if sliced is None or sliced[:-1] != dims[:-1] or sliced[-1] != dims[-1] // 2:
+        return False
+    axes, begins = _ints(call.args[1]), _ints(call.args[2])
+    strides = _ints(call.args[4]) if len(call.args) > 4 else None
+    rank = len(dims)
+    return (axes is not None and [a % rank for a in axes] == [rank - 1] and begins == [begin]
+            and strides in (None, [1]))
+
+
+def _ints(arg: Any) -> list[int] | None:
+    """The integers of a ``strided_slice`` argument (a tuple of ``PrimValue``s); None for none."""
+    if arg is None:
+        return None
+    try:
+        return [int(getattr(v, "value", v)) for v in getattr(arg, "fields", arg)]
+    except (TypeError, ValueError):
+        return None
+
+
 _FIRST_CLASS = {
     "relax.matmul": _matmul,
     "relax.permute_dims": _permute_dims,
@@ -457,4 +507,5 @@ _FIRST_CLASS = {
     "relax.mean": _mean,
     "relax.rsqrt": _unary(lang.rsqrt),
     "relax.nn.softmax": _softmax,
+    "relax.concat": _concat,
 }

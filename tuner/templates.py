@@ -18,7 +18,9 @@ They apply where the weight is read along the output's last axis, so that
 scores packed inside the kernel by the ``key_layout`` rule, whose packing loop the seed
 spreads over the cores too). A GEMM whose weight is read as ``w[n, k]`` gets no seed:
 its columns would be gathered. Epilogues in
-the same kernel (residual add, SiLU-times-up) are fused into the tile's write.
+the same kernel (residual add, SiLU-times-up) are fused into the tile's write; one
+that reads past the tile (a per-head norm, a rotary embedding) runs after the GEMM in
+loops of its own, spread over the cores.
 
 The tile is not fixed: :func:`seed_tiles` enumerates a small grid of ``mr``,
 vector count and ``k`` block that fits the target's vector registers and the
@@ -147,12 +149,14 @@ def gemm_seeds(func: PrimFunc, target: tvm.target.Target, tiles=None) -> list[Sc
         tiles = seed_tiles(i, j, k, lanes, vector_registers(target))
     seeds = []
     for mr, vectors, kc in tiles:
-        sch = Schedule(mod)
-        try:
-            _register_block(sch, name, mr, vectors * lanes, lanes, kc)
-        except (RuntimeError, ValueError):  # ScheduleError is a RuntimeError: a primitive refused the tile
-            continue
-        seeds.append(sch)
+        for apart in (False, True):
+            sch = Schedule(mod)
+            try:
+                _register_block(sch, name, mr, vectors * lanes, lanes, kc, apart)
+            except (RuntimeError, ValueError):  # ScheduleError is a RuntimeError: a primitive refused the tile
+                continue
+            seeds.append(sch)
+            break
     return seeds
 
 
@@ -183,7 +187,10 @@ def _indexes_last(region, n_var) -> bool:
     return isinstance(last, tvm.tirx.Var) and last.same_as(n_var)
 
 
-def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: int) -> None:
+def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: int, apart: bool = False) -> None:
+    """Tile the GEMM block ``name`` (see :func:`gemm_seeds`). An epilogue that cannot be
+    inlined is computed under the tile, or, with ``apart`` (an epilogue that reads past
+    the tile: a norm over a head, a rotation), after the GEMM in loops of its own."""
     block = sch.get_sblock(name)
     producers = [p for p in sch.get_producers(block) if all(int(iv.iter_type) == 0 for iv in sch.get(p).iter_vars)]
     *outer, i, j, k = sch.get_loops(block)
@@ -202,10 +209,14 @@ def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: 
         written, home = sch.cache_write(block, 0, "local"), io
         sch.reverse_compute_at(written, home)
         sch.vectorize(sch.get_loops(written)[-1])
+    later = []
     for consumer in sch.get_consumers(written):
         try:
             sch.reverse_compute_inline(consumer)
         except RuntimeError:  # not inlinable into a reduction (k blocked): its own loop under the panel
+            if apart:
+                later.append(sch.get(consumer).name_hint)
+                continue
             sch.reverse_compute_at(consumer, home)
             sch.vectorize(sch.get_loops(consumer)[-1])
     sch.unroll(ii)
@@ -215,11 +226,27 @@ def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: 
     sch.decompose_reduction(block, ko if blocked else k)
     for producer in producers:
         _spread(sch, producer)
+    for block_name in _downstream(sch, later):
+        _spread(sch, sch.get_sblock(block_name))
+
+
+def _downstream(sch: Schedule, names: list[str]) -> list[str]:
+    """``names`` and every block that consumes them, transitively, each once, in order found."""
+    found: list[str] = []
+    todo = list(names)
+    while todo:
+        name = todo.pop(0)
+        if name in found:
+            continue
+        found.append(name)
+        todo.extend(sch.get(c).name_hint for c in sch.get_consumers(sch.get_sblock(name)))
+    return found
 
 
 def _spread(sch: Schedule, block) -> None:
-    """A spatial block before the GEMM (keys packed in the kernel): its outer loops spread
-    over the cores and its last loop vectorised; left serial where TVM refuses."""
+    """A block before the GEMM (keys packed in the kernel) or after it (an epilogue that
+    reads past the tile): its outer loops spread over the cores and its last loop
+    vectorised; left serial where TVM refuses."""
     loops = sch.get_loops(block)
     if len(loops) > 2:
         try:

@@ -83,6 +83,17 @@ def test_translation_shares_identical_subterms(model):
     assert sum(1 for t in subterms(state.root) if node_name(t) == "reshape") == relax_reshapes - 5
 
 
+def test_translation_recognises_rotate_half(model):
+    """Q's and K's rotary embeddings rotate half their head dimension: one node each, and
+    no ``negative`` (nor the slices it negates) is left."""
+    state = ProgramEGraph.from_module(model.mod)
+    found = counts(state.root)
+    opaque_ops = {
+        get_literal_value(node_args(t)[0]) for t in subterms(state.root) if node_name(t) == "Tensor.opaque"
+    }
+    assert found["rotate_half"] == 2 and not opaque_ops & {"relax.negative", "relax.strided_slice"}
+
+
 def test_translation_recognises_the_head_repeat(model):
     """K and V are repeated for grouped-query attention (4 heads over 2): one node each,
     and no ``broadcast_to`` to a tensor's own shape is left."""
@@ -119,8 +130,9 @@ EXPECTED = {
               "fast_softmax_last": 1, "fast_silu": 1},
     "epilogue": {"dense": 3, "silu_mul_dense": 1, "dense_add": 2, "silu": 0, "merged_dense/3": 0,
                  "fast_softmax_last": 1, "fast_silu": 0},
-    # the default costs prefer the input norm as prologue of Q, K and V to merging them
-    "all": {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
+    # the default costs prefer the input norm as prologue of V, and the per-head norm and
+    # rotary embedding as epilogue of Q and K, to merging them
+    "all": {"rms_norm_dense": 1, "rotary_norm_dense": 2, "rotary": 0, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
             "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 0, "gqa_context": 0,
             "repeat_heads": 0, "fast_softmax_last": 0, "fast_attention": 1},
     # the merges with attention as one kernel
@@ -208,7 +220,8 @@ def test_rewritten_kernels_read_weights_in_place(exploration):
     assert "permute_dims(p_" not in text
     kernels = _kernel_names(by_strategy["all"])
     assert kernels["silu_mul_dense"] == 1 and kernels["dense_add"] >= 1
-    assert kernels["rms_norm_dense"] == 2  # Q, and K and V (same shapes: one PrimFunc)
+    assert kernels["rms_norm_dense"] == 1  # V
+    assert kernels["rotary_norm_dense"] == 2  # Q and K, with their per-head norms and rotary embedding
     merged = by_strategy["merge"]["main"].script()
     assert "R.split(" in merged and "R.concat((p_" in merged
 
@@ -243,24 +256,27 @@ def _priced(expensive: set[str]):
     return node_cost
 
 
+FUSED_NORMS = {"rms_norm_dense", "rotary_dense", "rotary_norm_dense"}
 STEERING = [
-    (set(), {"rms_norm_dense": 3, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2}),
-    ({"rms_norm_dense"}, {"rms_norm_dense": 0, "merged_dense_packed/3": 3, "silu_mul_dense": 1}),
+    (set(), {"rms_norm_dense": 1, "rotary_norm_dense": 2, "merged_dense/3": 0, "silu_mul_dense": 1,
+             "dense_add": 2}),
+    ({"rotary_norm_dense"}, {"rms_norm_dense": 3, "rotary_norm_dense": 0, "rotary": 2}),
+    (FUSED_NORMS, {"rms_norm_dense": 0, "merged_dense_packed/3": 3, "silu_mul_dense": 1}),
     (
-        {"merged_dense", "merged_dense_packed", "rms_norm_dense"},
+        {"merged_dense", "merged_dense_packed", *FUSED_NORMS},
         {"merged_dense_packed/3": 0, "merged_dense_packed/2": 0, "dense_packed": 3, "silu_mul_dense": 1},
     ),
     (
-        {"dense_packed", "merged_dense_packed", "merged_dense", "rms_norm_dense"},
+        {"dense_packed", "merged_dense_packed", "merged_dense", *FUSED_NORMS},
         {"merged_dense/3": 0, "merged_dense_packed/3": 0, "dense": 3, "silu_mul_dense": 1},
     ),
     (
-        {"silu_mul_dense", "dense_add", "rms_norm_dense"},
+        {"silu_mul_dense", "dense_add", *FUSED_NORMS},
         {"silu_mul_dense": 0, "dense_add": 0, "merged_dense_packed/3": 3, "merged_dense_packed/2": 2},
     ),
     (
         {"dense", "merged_dense", "dense_packed", "merged_dense_packed", "silu_mul_dense", "dense_add",
-         "rms_norm_dense", "gqa_scores", "gqa_scores_packed", "gqa_context", "attention", "fast_attention"},
+         *FUSED_NORMS, "gqa_scores", "gqa_scores_packed", "gqa_context", "attention", "fast_attention"},
         {"dense": 0, "matmul": 9, "merged_dense/3": 0},
     ),
 ]
@@ -269,7 +285,7 @@ STEERING = [
 @pytest.mark.parametrize(
     ("expensive", "expected"),
     STEERING,
-    ids=["default", "prologue", "merges", "packing", "fusions", "all"],
+    ids=["default", "rotary", "prologue", "merges", "packing", "fusions", "all"],
 )
 def test_node_cost_steers_extract_best(exploration, expensive, expected):
     best = exploration.extract_best(_priced(expensive))
@@ -278,17 +294,34 @@ def test_node_cost_steers_extract_best(exploration, expensive, expected):
     assert {k: found[k] for k in expected} == expected
 
 
-@pytest.mark.parametrize("expensive", [set(), {"rms_norm_dense"}], ids=["default", "prologue"])
+@pytest.mark.parametrize("expensive", [set(), FUSED_NORMS], ids=["default", "prologue"])
 def test_exact_extraction_is_never_worse_than_greedy(model, exploration, expensive):
     greedy = exploration.extract_best(_priced(expensive))
     exact = extract_exact(exploration.state, _priced(expensive), time_limit_s=30.0)
     assert exact.optimal and exact.candidate.strategy == "exact"
     assert exact.objective_s == pytest.approx(exact.candidate.cost, rel=1e-9)
     assert exact.candidate.cost <= greedy.cost + 1e-9  # ties within a nanosecond
-    if not expensive:  # shared subterms: one merged Q/K/V GEMM beats three norm prologues
+    if not expensive:  # shared subterms: the input norm computed once for Q, K and V beats a prologue on V
         assert exact.candidate.cost < greedy.cost
-        assert counts(exact.candidate.term)["merged_dense_packed/3"] == 3
+        assert counts(greedy.term)["rms_norm_dense"] == 1
+        assert {k: counts(exact.candidate.term)[k] for k in ("rms_norm_dense", "rotary_norm_dense", "rms_norm")} == {
+            "rms_norm_dense": 0, "rotary_norm_dense": 2, "rms_norm": 2}
         assert check_equivalent(model.mod, exact.candidate.mod, inputs(model)) <= 1e-4
+
+
+def test_exact_extraction_pays_a_merged_gemm_whole_for_one_part(exploration):
+    """Q and K fused with their rotary embedding leave V alone: its part of a merged Q/K/V
+    GEMM (a quarter of the rows here) would still compute the whole GEMM, 1 s, so a plain
+    packed GEMM at 0.5 s is cheaper."""
+    def node_cost(op_name, out_shape, dtype, arg_shapes):
+        if op_name in ("merged_dense", "merged_dense_packed", "dense", "matmul", "rms_norm_dense"):
+            return 1.0
+        return {"dense_packed": 0.5, "rotary_norm_dense": 1e-9}.get(op_name)
+
+    exact = extract_exact(exploration.state, node_cost, time_limit_s=30.0)
+    found = counts(exact.candidate.term)
+    assert found["rotary_norm_dense"] == 2 and found["merged_dense_packed/3"] == 0
+    assert found["dense_packed"] >= 1 and exact.objective_s < 1.0
 
 
 def test_exact_extraction_finds_the_root_beside_dead_code():

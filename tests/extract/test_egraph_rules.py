@@ -33,6 +33,10 @@ from extract.lang import (
     reshape,
     rms_norm,
     rms_norm_dense,
+    rotary,
+    rotary_dense,
+    rotary_norm_dense,
+    rotate_half,
     rsqrt,
     shape,
     sigmoid,
@@ -286,6 +290,47 @@ def packing_case(rows=64, weight=True, merged=False):
     return eg, merged_dense_packed if merged else dense_packed
 
 
+def rotary_case(c_dims=(1, 1, SEQ, DEPTH), c_dt=F32, other_x=False, swapped=False):
+    """``x * c + rotate_half(x) * s`` for ``x [1, 4, SEQ, DEPTH]``, cosines ``c`` of ``c_dims``
+    and ``c_dt``; ``other_x`` rotates another tensor; ``swapped`` writes each product and the
+    sum the other way round."""
+    x, fx = leaf("x", (1, 4, SEQ, DEPTH))
+    x2, fx2 = leaf("x2", (1, 4, SEQ, DEPTH))
+    c, fc = leaf("c", c_dims, c_dt)
+    sn, fs = leaf("sn", (1, 1, SEQ, DEPTH))
+    turned = rotate_half(x2 if other_x else x)
+    cos_term = multiply(c, x) if swapped else multiply(x, c)
+    sin_term = multiply(sn, turned) if swapped else multiply(turned, sn)
+    total = add(sin_term, cos_term) if swapped else add(cos_term, sin_term)
+    out = tuple(max(p, q) for p, q in zip((1, 4, SEQ, DEPTH), (1,) * (4 - len(c_dims)) + c_dims))
+    facts = fx + fx2 + fc + fs + with_facts(turned, (1, 4, SEQ, DEPTH)) + with_facts(cos_term, out, c_dt)
+    facts += with_facts(sin_term, (1, 4, SEQ, DEPTH)) + with_facts(total, out)
+    return egraph([total], facts), rotary
+
+
+def projection_rotary_case(norm=False, heads=(1, SEQ, 4, 16), rows=64, weight=True,
+                           axes=(0, 2, 1, 3), const_eps=True):
+    """``rotary(permute_dims(reshape(dense(x, W), heads), axes), c, s)`` with a ``rows``-row
+    ``W`` (an activation unless ``weight``); with ``norm``, a per-head ``rms_norm`` between
+    the split and the permutation (``eps`` a parameter unless ``const_eps``)."""
+    x, fx = leaf("x", (SEQ, 64))
+    w, fw = leaf("w", (rows, 64), weight=weight)
+    c, fc = leaf("c", (1, 1, SEQ, 16))
+    sn, fs = leaf("sn", (1, 1, SEQ, 16))
+    g, fg = leaf("g", (heads[-1],))
+    eps = Tensor.const("eps") if const_eps else Tensor.var("eps")
+    y = dense(x, w)
+    split = reshape(y, shape_vec(heads))
+    facts = fx + fw + fc + fs + fg + with_facts(eps, ()) + with_facts(y, (SEQ, rows)) + with_facts(split, heads)
+    if norm:
+        split = rms_norm(split, g, eps)
+        facts += with_facts(split, heads)
+    moved = permute_dims(split, shape_vec(axes))
+    moved_dims = tuple(heads[a] for a in axes)
+    facts += with_facts(moved, moved_dims)
+    return egraph([rotary(moved, c, sn)], facts), rotary_norm_dense if norm else rotary_dense
+
+
 CASES = [
     # (family, case, builder, whether the rewrite must appear)
     ("transpose_fold", "x @ permute_dims(W, [1, 0])", lambda: fold(), True),
@@ -366,6 +411,22 @@ CASES = [
      False),
     ("fused_attention", "a mask of another dtype", lambda: attention_case(mask_dt=F16), False),
     ("fused_attention", "no softmax", lambda: attention_case(softmax=False), False),
+    ("rotary", "x * c + rotate_half(x) * s", lambda: rotary_case(), True),
+    ("rotary", "s * rotate_half(x) + c * x", lambda: rotary_case(swapped=True), True),
+    ("rotary", "cosines of rank 2", lambda: rotary_case(c_dims=(SEQ, DEPTH)), True),
+    ("rotary", "rotate_half of another tensor", lambda: rotary_case(other_x=True), False),
+    ("rotary", "the cosines broadcast x", lambda: rotary_case(c_dims=(2, 1, SEQ, DEPTH)), False),
+    ("rotary", "cosines of another dtype", lambda: rotary_case(c_dt=F16), False),
+    ("epilogue_rotary", "rotary of a projection's heads", lambda: projection_rotary_case(), True),
+    ("epilogue_rotary", "with a per-head norm", lambda: projection_rotary_case(norm=True), True),
+    ("epilogue_rotary", "the split is not N = H * D", lambda: projection_rotary_case(heads=(1, 2 * SEQ, 2, 16)),
+     False),
+    ("epilogue_rotary", "W an activation, not a weight", lambda: projection_rotary_case(weight=False), False),
+    ("epilogue_rotary", "N not a multiple of the block", lambda: projection_rotary_case(heads=(1, SEQ, 5, 8), rows=40),
+     False),
+    ("epilogue_rotary", "another permutation", lambda: projection_rotary_case(axes=(0, 2, 3, 1)), False),
+    ("epilogue_rotary", "eps a parameter, not a constant",
+     lambda: projection_rotary_case(norm=True, const_eps=False), False),
     ("fast_exp", "softmax over float32", lambda: fast_exp_case(), True),
     ("fast_exp", "silu of float32", lambda: fast_exp_case("silu"), True),
     ("fast_exp", "softmax over float16", lambda: fast_exp_case(dt=F16), False),
@@ -525,3 +586,14 @@ def test_fused_attention_joins_the_context_e_class_with_its_shape():
     fused, fast = attention(q, k, v, c, m), fast_attention(q, k, v, c, m)
     eg.check(eq(context).to(fused), eq(context).to(fast), eq(shape(fused)).to(shape_vec((1, 4, SEQ, DEPTH))),
              eq(shape(fast)).to(shape_vec((1, 4, SEQ, DEPTH))), eq(dtype(fast)).to(String(F32)))
+
+
+def test_fused_rotary_joins_the_e_class_with_the_head_first_shape():
+    eg, _ = projection_rotary_case(norm=True)
+    saturate_family(eg, "epilogue_rotary")
+    x, w, c, sn, g = (Tensor.var(n) for n in ("x", "w", "c", "sn", "g"))
+    eps, heads = Tensor.const("eps"), shape_vec((1, SEQ, 4, 16))
+    moved = permute_dims(rms_norm(reshape(dense(x, w), heads), g, eps), shape_vec((0, 2, 1, 3)))
+    fused = rotary_norm_dense(x, w, g, eps, c, sn, heads)
+    eg.check(eq(rotary(moved, c, sn)).to(fused), eq(shape(fused)).to(shape_vec((1, 4, SEQ, 16))),
+             eq(dtype(fused)).to(String(F32)))
