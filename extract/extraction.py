@@ -113,6 +113,14 @@ fast, over 128 x 640 3.19 ms against 0.79 ms, decode's 1 x 512 17 us against 6 u
 times up on 128 x 3072 0.91 ms against 0.10 ms. Exact ``exp`` compiles to one scalar libm
 call per element. Half the least of those gains is the prior."""
 
+ROTARY_FUSED_SLOWDOWN = 1.2
+"""Prior only (before anything is measured): how much slower a projection runs with its
+rotary embedding (and per-head norm) in the same kernel than alone. On a 2-core AVX2 CPU
+(Zen 3), Qwen3-0.6B's Q projection with its norm and rotation, best of the seeds and 8
+sampled schedules each, hot: 3.73 ms fused against 3.26 ms for the packed GEMM alone at
+M = 128, 128.5 us against 93.1 us at M = 1 (the rotation reads past the GEMM's register
+tile, so it runs after it; see :mod:`tuner.templates`)."""
+
 # Default latency model: a kernel launch plus the larger of memory and compute time.
 _LAUNCH_S = 2e-6
 DEFAULT_BYTES_PER_S = 20e9
@@ -129,7 +137,8 @@ def default_node_cost(
     Reshapes and weight concatenation (a load-time layout change) are free.  GEMM-like
     nodes count ``2 * out * K`` flops (twice for ``silu_mul_dense``), others one flop per
     output element; GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times
-    faster (both terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times.
+    faster (both terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times,
+    a projection with its rotary embedding :data:`ROTARY_FUSED_SLOWDOWN` times slower.
     A fused attention counts its two products' flops, moves its inputs and output only
     (not the scores), and adds the time of a softmax over its scores (two passes over
     them in memory; ``fast_attention`` :data:`FAST_EXP_GAIN` times less).
@@ -153,6 +162,8 @@ def default_node_cost(
     gain = PACKED_GAIN if packed else 1.0
     if REWRITE_NODES.get(op_name) == "fast_exp":
         gain = FAST_EXP_GAIN
+    if REWRITE_NODES.get(op_name) == "epilogue_rotary":
+        gain /= ROTARY_FUSED_SLOWDOWN
     softmax_s = 0.0
     if op_name in ("attention", "fast_attention") and len(arg_shapes) > 1 and arg_shapes[1]:
         keys = arg_shapes[1][2]
