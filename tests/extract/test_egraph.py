@@ -21,6 +21,7 @@ from extract.equivalence import CandidateMismatch, check_equivalent, run_module
 from extract.exact import extract_exact
 from extract.extraction import STRATEGIES, LatencyCostModel
 from extract.lang import node_args, node_name, subterms
+from extract.lowering import lower
 from extract.rules import FAMILIES
 from extract.saturate import ProgramEGraph, SaturationLimits, saturate
 
@@ -92,6 +93,44 @@ def test_translation_recognises_rotate_half(model):
         get_literal_value(node_args(t)[0]) for t in subterms(state.root) if node_name(t) == "Tensor.opaque"
     }
     assert found["rotate_half"] == 2 and not opaque_ops & {"relax.negative", "relax.strided_slice"}
+
+
+def _half_turn(kind: str) -> tvm.IRModule:
+    """``concat([-x[..., 4:], x[..., :4]], -1)`` on ``x [2, 8]``, or a variant that is not
+    ``rotate_half``: ``"swapped"`` negates the lower half, ``"other_x"`` slices the lower
+    half of another tensor, ``"axis0"`` slices and concatenates the first axis of ``[8, 8]``."""
+    rows = 8 if kind == "axis0" else 2
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((rows, 8), "float32"))
+    y = relax.Var("y", relax.TensorType((rows, 8), "float32"))
+    axis = 0 if kind == "axis0" else 1
+    size = rows if axis == 0 else 8
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            upper = bb.emit(relax.op.strided_slice(x, axes=[axis], begin=[size // 2], end=[size]))
+            lower = bb.emit(relax.op.strided_slice(y if kind == "other_x" else x, axes=[axis], begin=[0],
+                                                   end=[size // 2]))
+            if kind == "swapped":
+                parts = [upper, bb.emit(relax.op.negative(lower))]
+            else:
+                parts = [bb.emit(relax.op.negative(upper)), lower]
+            gv = bb.emit_output(relax.op.concat(parts, axis=axis))
+        bb.emit_func_output(gv)
+    return bb.finalize()
+
+
+@pytest.mark.parametrize(("kind", "recognised"),
+                         [("rotate_half", True), ("swapped", False), ("other_x", False), ("axis0", False)])
+def test_translation_recognises_rotate_half_only_where_it_is(kind, recognised):
+    mod = _half_turn(kind)
+    state = ProgramEGraph.from_module(mod)
+    assert (counts(state.root)["rotate_half"] == 1) == recognised
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal([int(n) for n in p.ty.shape]).astype("float32") for p in mod["main"].params]
+    if recognised:  # and it lowers back to what it computed
+        x = args[0]
+        np.testing.assert_array_equal(run_module(lower(state.root, state.translation), args)[0],
+                                      np.concatenate([-x[:, 4:], x[:, :4]], 1))
 
 
 def test_translation_recognises_the_head_repeat(model):
