@@ -180,8 +180,8 @@ def extract_exact(
     with _room(state):
         pinned = LatencyCostModel(state, node_cost, pinned=chosen)
         pinned._by_signature = model._by_signature  # priced already
-        term, _ = _extract(state, pinned)
-        candidate = candidate_from_term(state, term, "exact", float(result.fun) / _SCALE)
+        term, dag = _extract(state, pinned)  # the read-back term's DAG cost, to match the objective
+        candidate = candidate_from_term(state, term, "exact", dag)
     optimal = result.status == 0
     if not optimal:
         _LOG.info("exact extraction stopped at its time limit: %s", result.message)
