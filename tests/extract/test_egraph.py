@@ -338,7 +338,9 @@ def test_exact_extraction_is_never_worse_than_greedy(model, exploration, expensi
     greedy = exploration.extract_best(_priced(expensive))
     exact = extract_exact(exploration.state, _priced(expensive), time_limit_s=30.0)
     assert exact.optimal and exact.candidate.strategy == "exact"
-    assert exact.objective_s == pytest.approx(exact.candidate.cost, rel=1e-9)
+    # within a tenth of a nanosecond: HiGHS may keep a part of an already paid merged GEMM
+    # (an EPSILON_S tie-breaker, below its tolerances) that the read-back term does not use
+    assert exact.objective_s == pytest.approx(exact.candidate.cost, rel=1e-9, abs=1e-10)
     assert exact.candidate.cost <= greedy.cost + 1e-9  # ties within a nanosecond
     if not expensive:  # shared subterms: the input norm computed once for Q, K and V beats a prologue on V
         assert exact.candidate.cost < greedy.cost
