@@ -593,13 +593,12 @@ def rotary_dense_te(x: te.Tensor, wp: te.Tensor, cos: te.Tensor, sin: te.Tensor,
     and Sennrich 2019), ``out[b, h, s, d] = y[m, h, d] * cos + sign(d) * y[m, h, (d + D/2)
     % D] * sin`` with ``m = b * S + s`` and ``sign`` -1 on the first half of ``D``, +1 on the
     second: ``y * cos + rotate_half(y) * sin`` (RoFormer, Su et al. 2021, as transformers
-    computes it).  Blocks: ``rows`` (``x`` as ``[M, K]``, when not 2-D), ``dense_packed``, with ``g``
+    computes it).  Blocks: ``T_reshape`` (``x`` as ``[M, K]``, when not 2-D), ``dense_packed``, with ``g``
     ``sumsq`` and ``rms_scale``, then ``rotary``.
     """
     batch, seq, n_heads, dim = heads
     rows = batch * seq
-    x2 = x if len(x.shape) == 2 else te.compute(
-        (rows, x.shape[-1]), lambda m, kk: x[(*_unravel(m, x.shape[:-1]), kk)], name="rows")
+    x2 = x if len(x.shape) == 2 else topi.reshape(x, (rows, x.shape[-1]))
     y = dense_packed_te(x2, wp)
     half = dim // 2
     if g is None:
@@ -627,15 +626,6 @@ def rotary_dense_te(x: te.Tensor, wp: te.Tensor, cos: te.Tensor, sin: te.Tensor,
                 + sign * normed(m, h, (d + half) % dim) * sin_at(b, h, s, d))
 
     return te.compute((batch, n_heads, seq, dim), rotate, name="rotary")
-
-
-def _unravel(flat: Any, dims: Any) -> tuple:
-    """The index into ``dims`` (row-major) of the flat position ``flat``."""
-    index = []
-    for n in reversed([int(n) for n in dims[1:]]):
-        index.append(flat % n)
-        flat = flat // n
-    return (flat, *reversed(index))
 
 
 def _broadcast_reader(t: te.Tensor, rank: int) -> Any:
