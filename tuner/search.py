@@ -5,7 +5,10 @@ random from the rest (exploration, so the model sees what it would not pick).
 The pool starts as schedules sampled from the space; after each batch, mutants
 of the fastest schedules measured so far join it (MetaSchedule's evolutionary
 step, Zheng et al., Ansor, OSDI 2020, section 5.1), so later batches can refine
-what worked rather than only draw afresh.
+what worked rather than only draw afresh. Parents are the fastest schedules a
+mutator can change (those with sampling decisions): a register-blocked seed has
+none, and on a GEMM the seeds are usually the fastest measured, so choosing
+parents among all schedules left the mutation step with nothing to mutate.
 The untuned default schedule is always measured first, then the kernel's
 leading register-blocked GEMM seeds (:mod:`tuner.templates`), as far as the
 budget goes; its other seeds join the pool. The budget counts every
@@ -189,7 +192,8 @@ def tune_kernel(
         seen.update((c.record.candidate_hash, c) for c in batch)
         if config.parents and len(measured) < config.trials:
             in_pool = {c.record.candidate_hash for c in pool} | set(measured)
-            mutants = space.mutate(_fastest(seen, measured, config.parents), config.pool_factor * config.batch_size)
+            parents = _fastest({h: c for h, c in seen.items() if space.mutable(c)}, measured, config.parents)
+            mutants = space.mutate(parents, config.pool_factor * config.batch_size)
             pool += [c for c in mutants if c.record.candidate_hash not in in_pool]
     return KernelOutcome(kernel.workload.workload_hash, stop, before, len(measured) - before)
 

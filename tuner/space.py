@@ -19,6 +19,7 @@ own in the same kernel, CPU targets only); ``space_note`` says so.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -188,6 +189,12 @@ class ScheduleSpace:
                 if len(out) == n:
                     break
         return out
+
+    @staticmethod
+    def mutable(candidate: ScheduleCandidate) -> bool:
+        """Whether :meth:`mutate` can change ``candidate``: its trace has sampling decisions
+        (a sampled schedule or a mutant; not the untuned default nor a seed, whose tiles are fixed)."""
+        return bool(json.loads(candidate.record.trace_json)[1])
 
     def replay(self, record: CandidateRecord) -> ScheduleCandidate:
         """The scheduled module of a stored candidate of this kernel."""
