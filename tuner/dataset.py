@@ -35,6 +35,9 @@ class Dataset:
         [n] workload hashes (str).
     candidate_hashes : np.ndarray
         [n] candidate hashes (str).
+    kinds : np.ndarray
+        [n] op kind of each row's workload (str: ``matmul``, ``attention``,
+        ``reduction``, ``elementwise`` or ``other``; ``WorkloadRecord.op_kind``).
     skipped : int
         Rows left out: a latency of zero or a trace that no longer replays.
     """
@@ -43,6 +46,7 @@ class Dataset:
     latency_s: np.ndarray
     groups: np.ndarray
     candidate_hashes: np.ndarray
+    kinds: np.ndarray
     skipped: int = 0
 
     def __len__(self) -> int:
@@ -69,7 +73,7 @@ def load_dataset(db, target_hash: str, target: tvm.target.Target) -> Dataset:
     by_workload: dict[str, list[TrainingRow]] = defaultdict(list)
     for row in db.training_rows(target_hash):
         by_workload[row.workload_hash].append(row)
-    feats, lat, groups, hashes, skipped = [], [], [], [], 0
+    feats, lat, groups, hashes, kinds, skipped = [], [], [], [], [], 0
     for wh, rows in by_workload.items():
         workload = db.get_workload(wh)
         keep = [r for r in rows if valid_rows(np.array([r.median_s]))[0]]
@@ -90,11 +94,13 @@ def load_dataset(db, target_hash: str, target: tvm.target.Target) -> Dataset:
             lat.append(r.median_s)
             groups.append(wh)
             hashes.append(r.candidate_hash)
+            kinds.append(workload.op_kind)
     n_features = 3 * 164 + 4
     return Dataset(
         X=np.stack(feats) if feats else np.zeros((0, n_features), np.float32),
         latency_s=np.array(lat, np.float64),
         groups=np.array(groups, dtype=object),
         candidate_hashes=np.array(hashes, dtype=object),
+        kinds=np.array(kinds, dtype=object),
         skipped=skipped,
     )

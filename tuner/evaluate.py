@@ -12,9 +12,13 @@ workload with at least two candidates (TenSet's metrics, Zheng et al., NeurIPS
   model orders correctly;
 - Spearman's rank correlation between score and throughput (scipy).
 
-Each figure is the mean over held-out workloads. Models: XGBoost with each
-objective of ``tuner.cost_model.OBJECTIVES``, scikit-learn's random forest and
-ridge regression on per-workload normalised throughput, and a random ranking.
+Each figure is the mean over held-out workloads, and again per op kind
+(``by_kind``): the mean over all workloads weighs every workload alike, and a
+layer has many elementwise kernels with two candidates each, which are easy to
+order, beside the few GEMMs, reductions and attention kernels that hold its
+time. Models: XGBoost with each objective of ``tuner.cost_model.OBJECTIVES``,
+scikit-learn's random forest and ridge regression on per-workload normalised
+throughput, and a random ranking.
 """
 
 from __future__ import annotations
@@ -122,7 +126,10 @@ def splits(groups: np.ndarray):
 
 def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
              xgb_params: dict | None = None) -> dict[str, dict]:
-    """Held-out-workload metrics of each model on ``data``: {model: {top1, top5, pairwise, spearman, workloads}}.
+    """Held-out-workload metrics of each model on ``data``.
+
+    Returns ``{model: {top1, top5, pairwise, spearman, workloads, by_kind}}``,
+    ``by_kind`` mapping each op kind to the same figures over its workloads only.
 
     ``xgb_params`` override the XGBoost models' defaults (see :func:`fit_scorer`).
 
@@ -139,4 +146,8 @@ def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
             scorer = fit_scorer(name, data.X[train], data.latency_s[train], data.groups[train], seed, xgb_params)
             score[test] = scorer(data.X[test])
         results[name] = ranking_metrics(data.latency_s, score, data.groups)
+        results[name]["by_kind"] = {
+            kind: ranking_metrics(data.latency_s[data.kinds == kind], score[data.kinds == kind],
+                                  data.groups[data.kinds == kind])
+            for kind in sorted(set(data.kinds.tolist()))}
     return results

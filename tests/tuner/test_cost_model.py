@@ -115,3 +115,19 @@ def test_warm_trainer_continues_the_stored_model():
     trainer.retrain()
     assert trainer.model.score_booster_.num_boosted_rounds() == 25
     assert trainer.model.n_records_ == len(lat) + 4
+
+
+def test_evaluation_reports_each_op_kind_on_its_own():
+    from tuner.dataset import Dataset
+    from tuner.evaluate import evaluate
+
+    X, lat, groups = _synthetic(n_groups=4, per_group=8)
+    kinds = np.where(np.isin(groups, ["w0", "w1"]), "matmul", "reduction").astype(object)
+    data = Dataset(X, lat, groups.astype(object), np.arange(len(lat)).astype(str).astype(object), kinds)
+    out = evaluate(data, models=("xgb:reg:latency", "random"))
+    for name, m in out.items():
+        assert set(m["by_kind"]) == {"matmul", "reduction"}
+        assert m["by_kind"]["matmul"]["workloads"] == m["by_kind"]["reduction"]["workloads"] == 2
+        # each kind's figure is the mean over its workloads, so the overall mean lies between them
+        lo, hi = sorted(m["by_kind"][k]["pairwise"] for k in ("matmul", "reduction"))
+        assert lo - 1e-12 <= m["pairwise"] <= hi + 1e-12, name

@@ -95,6 +95,7 @@ def test_eval_compares_models_on_held_out_workloads(tuned):
         m = out["models"][name]
         assert 0 < m["top1"] <= m["top5"] <= 1.0
         assert 0 <= m["pairwise"] <= 1 and -1 <= m["spearman"] <= 1
+        assert m["by_kind"]["matmul"]["workloads"] == 3  # every workload here is a matmul
 
 
 def test_eval_takes_the_booster_size(tuned):

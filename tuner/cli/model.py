@@ -155,8 +155,25 @@ def eval_command(
              f"{'model':<20} {'top-1':>7} {'top-5':>7} {'pairwise':>9} {'spearman':>9}"]
     lines += [f"{name:<20} {_fmt(r['top1']):>7} {_fmt(r['top5']):>7} {_fmt(r['pairwise']):>9} "
               f"{_fmt(r['spearman']):>9}" for name, r in results.items()]
+    lines += _by_kind_lines(results)
     _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
                     "skipped": data.skipped, "models": results}, lines)
+
+
+def _by_kind_lines(results: dict) -> list[str]:
+    """Top-1 and pairwise accuracy per op kind, one row per model (kinds with a measured pair only)."""
+    first = next(iter(results.values()))["by_kind"]
+    kinds = [k for k, m in first.items() if m["workloads"]]
+    if len(kinds) < 2:
+        return []
+    heads = [f"{k} ({first[k]['workloads']})" for k in kinds]
+    lines = []
+    for metric, label in (("top1", "top-1"), ("pairwise", "pairwise")):
+        lines.append(f"{label} by op kind (workloads):")
+        lines.append(f"{'model':<20} " + " ".join(f"{h:>17}" for h in heads))
+        lines += [f"{name:<20} " + " ".join(f"{_fmt(r['by_kind'][k][metric]):>17}" for k in kinds)
+                  for name, r in results.items()]
+    return lines
 
 
 @model_app.command("list")
