@@ -12,7 +12,9 @@ worker through the RPC tracker and run there with the Relax virtual machine.
 from __future__ import annotations
 
 import gc
+import math
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +30,29 @@ TRANSFORM_WEIGHTS = "transform_weights"
 _LIFTED = "main_transform_params"
 RUN_ONCE = frozenset({TRANSFORM_WEIGHTS, _LIFTED})
 """Functions of a prepared program that run once when it is loaded, not on every call."""
+
+
+PROGRAM_TIMING_BUDGET_S = 30.0
+"""Seconds a program's calls in its timed repeats may take in all, as its first (untimed) run
+foretells them. TVM's untuned default build of a real layer takes seconds to tens of seconds
+per call (a Qwen3-0.6B prefill layer 10.6 s on 2 cores of a Zen 4), so ``--repeat`` calls of
+it would take minutes for a reference nobody needs to the millisecond; a tuned layer takes
+milliseconds a call and keeps every repeat."""
+MIN_PROGRAM_REPEATS = 3
+
+
+def program_repeats(config: MeasureConfig, first_run_s: float, budget_s: float = PROGRAM_TIMING_BUDGET_S) -> int:
+    """Repeats to time a program whose first run took ``first_run_s`` seconds.
+
+    ``config.repeat``, unless that many repeats of ``config.number`` calls would take
+    longer than ``budget_s``; then as many as fit, at least ``MIN_PROGRAM_REPEATS`` and
+    never more than ``config.repeat``. Only the program's own time counts: repeats that
+    last long because ``config.min_repeat_ms`` asks it are what the user asked for.
+    """
+    per_repeat = first_run_s * config.number
+    if per_repeat * config.repeat <= budget_s:
+        return config.repeat
+    return min(config.repeat, max(MIN_PROGRAM_REPEATS, math.floor(budget_s / per_repeat)))
 
 
 class VerificationError(RuntimeError):
@@ -129,7 +154,9 @@ def run_on_worker(
 
     All artifacts run in one session on the same device, one after the other.
     Timing uses ``time_evaluator`` with the protocol's ``number``, ``repeat`` and
-    ``min_repeat_ms``; outputs come from a separate first run. ``num_inputs[i]``,
+    ``min_repeat_ms``; outputs come from a separate first run, whose wall time
+    (round trip included) bounds the repeats of a slow program
+    (:func:`program_repeats`). ``num_inputs[i]``,
     when not None, says artifact ``i`` was built from :func:`prepare_weights` with
     that many activations: its ``transform_weights`` runs once on ``args[n:]``
     before, and outside, the timing.
@@ -157,10 +184,12 @@ def _run_program(session, artifact: str, args: list[np.ndarray], config: Measure
         vm.invoke_stateful(TRANSFORM_WEIGHTS)
         tensors = tensors[:num_inputs] + list(vm.get_outputs(TRANSFORM_WEIGHTS))
     vm.set_input("main", *tensors)
+    start = time.perf_counter()
     vm.invoke_stateful("main")
     outputs = tuple(a.numpy() for a in _flatten(vm.get_outputs("main")))
+    repeat = program_repeats(config, time.perf_counter() - start)
     timer = vm.time_evaluator(
-        "invoke_stateful", dev, number=config.number, repeat=config.repeat, min_repeat_ms=config.min_repeat_ms
+        "invoke_stateful", dev, number=config.number, repeat=repeat, min_repeat_ms=config.min_repeat_ms
     )
     times = tuple(float(t) for t in timer("main").results)
     session.remove(name)

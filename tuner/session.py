@@ -91,7 +91,14 @@ class KernelSummary:
 
 @dataclass
 class RunSummary:
-    """What a run reports: the kernels of the chosen program and end-to-end latencies."""
+    """What a run reports: the kernels of the chosen program and end-to-end latencies.
+
+    ``repriced`` (with ``--reprice``, else None) tells what the extraction with tuned
+    kernel prices gave: its program's ``term_hash``, whether it was ``new`` (no candidate
+    had it) and ``added`` (new and numerically equal to the original, so tuned and
+    priced), and how many kinds of GEMM-like e-node were ``priced`` by a tuned kernel or
+    ``estimated`` by the calibrated roofline.
+    """
 
     session_id: int
     model: str
@@ -106,6 +113,7 @@ class RunSummary:
     max_abs_error: float
     candidates: list[dict] = field(default_factory=list)
     programs_timed: list[dict] = field(default_factory=list)
+    repriced: dict | None = None
 
     def as_json(self) -> dict:
         """The summary as plain JSON values (what ``--json`` prints)."""
@@ -259,11 +267,11 @@ class TuneRun:
                 tune(workloads)
                 # Extraction again, each GEMM-like e-node priced by its tuned kernel: a program
                 # that mixes what each candidate did best; its new kernels are tuned too.
-                known = None
+                known = repriced = None
                 if o.reprice:
-                    added, known = self._add_repriced(db, model, example, exploration, graphs, cand_info, spaces,
-                                                      target_rec, trainer)
-                    if added:
+                    repriced, known = self._add_repriced(db, model, example, exploration, graphs, cand_info,
+                                                         spaces, target_rec, trainer)
+                    if repriced["added"]:
                         new = self._workloads(db, graphs[-1:], workloads)
                         spaces.update({h: ScheduleSpace(k.func, h, target, seed=o.seed) for h, k in new.items()})
                         workloads.update(new)
@@ -302,6 +310,7 @@ class TuneRun:
             candidates=cand_info,
             programs_timed=[{"term_hash": c.term_hash, "rewrites": list(c.rewrites),
                              "predicted_latency_s": prices[c.term_hash], "measured_latency_s": t} for c, t in timed],
+            repriced=repriced,
         )
 
     def _workers(self):
@@ -348,7 +357,7 @@ class TuneRun:
         """Extract once more with GEMM-like e-nodes priced by their tuned kernels (:mod:`tuner.node_prices`).
 
         Appends the program to ``graphs`` when it is new and matches the original. Returns
-        whether it did, and the kernel choices of the programs before it.
+        what it did (:attr:`RunSummary.repriced`) and the kernel choices of the programs before it.
         """
         _, choices = price_programs(db, graphs, spaces, target_rec.target_hash, trainer)
         records = {k.workload.workload_hash: k.workload for _, _, kernels in graphs for k in kernels}
@@ -360,13 +369,15 @@ class TuneRun:
         cost = KernelNodeCost({wh: c.seconds for wh, c in choices.items()}, calibrated_roofline(tuned, nominal))
         with self.progress.status("extracting again with tuned kernel prices"):
             cand = exploration.extract_best(cost)
-        known = {c.term_hash for c, _, _ in graphs}
+        known = {c["term_hash"] for c in cand_info}  # a dropped candidate is not checked again
         self.progress.note(f"e-graph extracted again, {cost.priced} kinds of GEMM e-node priced by their tuned "
                            f"kernels, {cost.estimated} estimated: "
-                           + ("a candidate already tuned" if cand.term_hash in known
+                           + ("a candidate already checked" if cand.term_hash in known
                               else f"new program {cand.term_hash[:10]} [{'+'.join(cand.rewrites) or 'original'}]"))
-        added = cand.term_hash not in known and self._add_candidate(db, model, example, cand, graphs, cand_info)
-        return added, choices
+        new = cand.term_hash not in known
+        added = new and self._add_candidate(db, model, example, cand, graphs, cand_info)
+        return ({"term_hash": cand.term_hash, "new": new, "added": added, "priced": cost.priced,
+                 "estimated": cost.estimated}, choices)
 
     def _tune_workload(self, db, kernel, space, target_rec, trainer, measurer):
         wh = kernel.workload.workload_hash
@@ -448,6 +459,11 @@ class TuneRun:
         with self.progress.status("timing the candidate programs and the default program on the worker"):
             *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config,
                                            [prepared_inputs(fused) for _, fused, _ in ranked] + [None])
+        for what, run in [(f"program {c.term_hash[:10]}", r) for (c, _, _), r in zip(ranked, runs)] + [
+                ("TVM's default program", default)]:
+            if len(run.times_s) < o.repeat:
+                self.progress.note(f"{what} takes {run.median_s:.3g} s a call: timed {len(run.times_s)} times, "
+                                   f"not {o.repeat}")
         reference = model.reference_outputs() or default.outputs
         errors = [verify(run.outputs, reference) for run in runs]
         verify(default.outputs, reference)

@@ -6,6 +6,7 @@ all compute what the original computes, and extraction steered by node costs.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -285,6 +286,18 @@ def test_a_wrong_candidate_is_caught():
         check_equivalent(original, _toy(relax.op.subtract), args)
 
 
+def test_a_float16_output_may_round_one_unit_the_other_way():
+    # 1 + 2**-11 lies halfway between two float16 values: the original rounds it to 1 (to even),
+    # a candidate that adds 2**-20 on the way rounds it up, one unit in the last place (2**-10)
+    args = [np.full((4, 8), 1 + 2.0**-11, "float32"), np.zeros((4, 8), "float32")]
+    original = _toy(lambda a, b: relax.op.astype(relax.op.add(a, b), "float16"))
+    nudged = _toy(lambda a, b: relax.op.astype(relax.op.add(relax.op.add(a, b), relax.const(2.0**-20)), "float16"))
+    assert check_equivalent(original, nudged, args) == 2.0**-10
+    wrong = _toy(lambda a, b: relax.op.astype(relax.op.multiply(a, relax.const(1.01)), "float16"))
+    with pytest.raises(CandidateMismatch, match="output 0 differs"):
+        check_equivalent(original, wrong, args)
+
+
 # -- node costs steer extraction ------------------------------------------------------
 
 
@@ -524,3 +537,36 @@ def test_fast_exp_kernels_match_exact_softmax_and_silu():
     y = np.clip(x, -300.0, 300.0)
     silu = y.astype("float64") / (1.0 + np.exp(-y.astype("float64")))
     np.testing.assert_allclose(_run_te(fast_silu_te, y), silu, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cast_after_a_gemm_runs_in_the_gemm_kernel():
+    """A cast epilogue (a float32 GEMM stored as float16, with a bias) is one kernel in every candidate.
+
+    The cast stays an opaque node in the e-graph: after extraction, TVM's fusion puts an
+    elementwise consumer of a GEMM's output into the GEMM's kernel (as the scheduled
+    seeds fuse it into the tile's write), whichever GEMM form was extracted.
+    """
+    from tuner.compile import prepare_weights
+    from tuner.kernels import kernels_of, lower_to_kernels
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 32), "float32"))
+    w = relax.Var("w", relax.TensorType((64, 32), "float32"))
+    b = relax.Var("b", relax.TensorType((64,), "float32"))
+    with bb.function("main", [x, w, b], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w, [1, 0])), b))
+            gv = bb.emit_output(relax.op.astype(y, "float16"))
+        bb.emit_func_output(gv)
+    mod = bb.finalize()
+    exploration = explore(mod, max_candidates=len(STRATEGIES) + 1)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype("float32") for s in ((4, 32), (64, 32), (64,))]
+    forms = set()
+    for cand in exploration.candidates:
+        check_equivalent(mod, cand.mod, args)  # float16 outputs: within two of its epsilons
+        (kernel,) = kernels_of(lower_to_kernels(prepare_weights(cand.mod)))
+        assert kernel.workload.op_kind == "matmul"
+        assert json.loads(kernel.workload.shapes_json)[-1]["dtype"] == "float16"  # its output
+        forms.add(kernel.name.rstrip("0123456789"))
+    assert len(forms) >= 2, forms  # the GEMM forms differ (plain, bias epilogue, packed), each with the cast

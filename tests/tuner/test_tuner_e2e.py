@@ -119,12 +119,18 @@ def test_later_compile_with_no_trials_compiles_the_cost_models_picks(prefill_run
     assert summary["max_abs_error"] < 1e-3
 
 
-def test_decode_with_kv_cache(tmp_path):
+def test_decode_with_kv_cache_and_a_repriced_extraction(tmp_path):
     summary = tune_json(
-        "qwen3-tiny", "--stage", "decode", "--kv-len", "16", "--trials", "1", "--candidates", "2",
+        "qwen3-tiny", "--stage", "decode", "--kv-len", "16", "--trials", "1", "--candidates", "2", "--reprice",
         "--db", f"sqlite:///{tmp_path}/tune.db", cwd=tmp_path,
     )
     assert summary["stage"] == "decode"
     for name in ("tuned", "tvm_default", "torch_eager"):
         assert summary["latency_s"][name] > 0
     assert summary["max_abs_error"] < 1e-3
+    # --reprice: the e-graph is extracted again with GEMM-like e-nodes priced by their tuned kernels
+    repriced = summary["repriced"]
+    assert repriced["priced"] > 0, repriced
+    checked = {c["term_hash"]: c for c in summary["candidates"]}
+    if repriced["new"]:  # a new program is checked like every candidate, then tuned and priced
+        assert repriced["added"] and checked[repriced["term_hash"]]["max_abs_error"] < 1e-3

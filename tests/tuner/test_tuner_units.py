@@ -192,3 +192,17 @@ def _without_num_input(mod):
     new = mod.__class__(dict(mod.functions.items()), attrs=mod.attrs)
     new[mod.get_global_var("main")] = func
     return new
+
+
+def test_a_slow_program_is_timed_fewer_times():
+    from measure import MeasureConfig
+    from tuner.compile import MIN_PROGRAM_REPEATS, program_repeats
+
+    config = MeasureConfig(number=1, repeat=10, min_repeat_ms=100)
+    assert program_repeats(config, 0.025) == 10  # a tuned layer: every repeat
+    assert program_repeats(config, 10.0, budget_s=30.0) == 3  # an untuned layer: as many as fit
+    assert program_repeats(config, 100.0, budget_s=30.0) == MIN_PROGRAM_REPEATS  # never fewer
+    assert program_repeats(MeasureConfig(number=1, repeat=2), 100.0) == 2  # never more than asked
+    assert program_repeats(MeasureConfig(number=4, repeat=10), 1.0, budget_s=30.0) == 7  # calls, not repeats
+    # repeats long only because min_repeat_ms asks it are kept: the user asked for them
+    assert program_repeats(MeasureConfig(number=1, repeat=1000, min_repeat_ms=100), 0.001) == 1000
