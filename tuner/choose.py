@@ -2,8 +2,9 @@
 
 A kernel's schedule is its best measured one on the target; a kernel with no
 successful measurement (``--trials 0``, or a new shape) gets the schedule the
-trained XGBoost cost model predicts fastest among the untuned default and
-``MODEL_PICK_SAMPLES`` sampled ones (:func:`model_pick`), and is compiled with
+trained XGBoost cost model predicts fastest among the untuned default, the
+kernel's register-blocked or row-wise seeds and ``MODEL_PICK_SAMPLES`` sampled
+ones (:func:`model_pick`), and is compiled with
 it. A kernel's price is the latency of that schedule (seconds): measured, else
 predicted, else (no trained model: too few measurements) its roofline lower
 bound (``tuner.roofline_model``) with the default schedule. A program's price is
@@ -58,7 +59,9 @@ def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MOD
                ) -> tuple[ScheduleCandidate, float]:
     """The schedule of ``kernel`` the fitted cost model predicts fastest, and its predicted seconds.
 
-    Chooses among the untuned default and up to ``samples`` schedules sampled from
+    Chooses among the untuned default, the space's seeds (:meth:`ScheduleSpace.seeds`:
+    the register-blocked GEMM schedules the search measures first, which are usually
+    the fastest measured on a GEMM) and up to ``samples`` schedules sampled from
     ``space`` (fewer, or the default only, when the space is small or empty).
 
     Raises
@@ -68,7 +71,8 @@ def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MOD
     """
     if not trainer.model.fitted:
         raise ValueError("the cost model is not trained: it cannot pick a schedule")
-    cands = [space.default()] + space.sample(samples)
+    unique = {c.record.candidate_hash: c for c in [space.default(), *space.seeds(), *space.sample(samples)]}
+    cands = list(unique.values())
     X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
     predicted = np.asarray(trainer.predict(X), dtype=float)
     best = int(np.argmin(predicted))

@@ -82,6 +82,24 @@ def test_untrained_model_picks_nothing_and_a_trained_one_picks_its_fastest(kerne
     assert seconds <= float(trainer.predict(X[:1])[0]), "never predicted slower than the default it could pick"
 
 
+def test_the_model_picks_among_the_seeds_too(kernels):
+    """A GEMM's register-blocked seeds are among the schedules the model chooses from: when
+    it has learnt that they are fast (as the search's measurements usually show), it picks one."""
+    from tuner.choose import model_pick
+    from tuner.search import ModelTrainer
+
+    kernel = max(kernels, key=lambda k: k.workload.flops)
+    space = ScheduleSpace(kernel.func, kernel.workload.workload_hash, make_target({"kind": "llvm", "num-cores": 2}))
+    seeds = space.seeds()
+    assert seeds, "the largest kernel of the layer is a GEMM with seeds"
+    cands = [space.default(), *seeds, *space.sample(8)]
+    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
+    latency = np.array([1e-3] + [1e-5] * len(seeds) + [1e-4] * (len(cands) - 1 - len(seeds)))
+    trainer = ModelTrainer(XGBCostModel(n_estimators=50).fit(X, latency, [kernel.workload.workload_hash] * len(cands)))
+    picked, _ = model_pick(kernel, space, trainer, samples=8)
+    assert picked.record.candidate_hash in {s.record.candidate_hash for s in seeds}
+
+
 @pytest.mark.parametrize("fused", ["silu_mul_dense", "rms_norm_dense"])
 def test_epilogue_with_two_producers_gets_an_unfused_tiling_space(fused):
     """The fused GEMM kernels TVM's default rules cannot tile are sampled without epilogue fusion, and compute the same."""
