@@ -75,8 +75,7 @@ def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MOD
     """
     if not trainer.model.fitted:
         raise ValueError("the cost model is not trained: it cannot pick a schedule")
-    unique = {c.record.candidate_hash: c for c in [space.default(), *(space.seeds() or space.sample(samples))]}
-    cands = list(unique.values())
+    cands = [space.default(), *(space.seeds() or space.sample(samples))]
     X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
     predicted = np.asarray(trainer.predict(X), dtype=float)
     best = int(np.argmin(predicted))

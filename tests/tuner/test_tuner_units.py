@@ -64,18 +64,32 @@ def test_cost_model_learns_and_round_trips(kernels):
     assert FEATURE_VERSION
 
 
+def _largest_kernel_space(kernels):
+    """The layer's kernel with the most FLOPs (a GEMM) and its schedule space on a 2-core CPU."""
+    kernel = max(kernels, key=lambda k: k.workload.flops)
+    return kernel, ScheduleSpace(kernel.func, kernel.workload.workload_hash,
+                                 make_target({"kind": "llvm", "num-cores": 2}))
+
+
+def _trained_on(kernel, space, cands, latency):
+    """A trainer whose model learnt ``latency`` (seconds) of ``cands``, and their feature rows."""
+    from tuner.search import ModelTrainer
+
+    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
+    model = XGBCostModel(n_estimators=50).fit(X, latency, [kernel.workload.workload_hash] * len(cands))
+    return ModelTrainer(model), X
+
+
 def test_untrained_model_picks_nothing_and_a_trained_one_picks_its_fastest(kernels):
     from tuner.choose import model_pick
     from tuner.search import ModelTrainer
 
-    kernel = max(kernels, key=lambda k: k.workload.flops)
-    space = ScheduleSpace(kernel.func, kernel.workload.workload_hash, make_target({"kind": "llvm", "num-cores": 2}))
+    kernel, space = _largest_kernel_space(kernels)
     with pytest.raises(ValueError, match="not trained"):
         model_pick(kernel, space, ModelTrainer())
     cands = [space.default()] + space.sample(8)
-    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
     latency = np.exp(np.random.default_rng(0).normal(size=len(cands)))  # the model learns these
-    trainer = ModelTrainer(XGBCostModel(n_estimators=50).fit(X, latency, [kernel.workload.workload_hash] * len(cands)))
+    trainer, X = _trained_on(kernel, space, cands, latency)
     picked, seconds = model_pick(kernel, space, trainer, samples=8)
     again = featurize(space.features([picked])[0], kernel.workload)[None]
     assert seconds == pytest.approx(float(trainer.predict(again)[0]))
@@ -86,16 +100,13 @@ def test_the_model_picks_a_gemm_schedule_among_its_seeds(kernels):
     """A GEMM's schedule is chosen among its register-blocked seeds (and the default), never
     a sampled one: even a model that learnt sampled schedules are fast picks a seed."""
     from tuner.choose import model_pick
-    from tuner.search import ModelTrainer
 
-    kernel = max(kernels, key=lambda k: k.workload.flops)
-    space = ScheduleSpace(kernel.func, kernel.workload.workload_hash, make_target({"kind": "llvm", "num-cores": 2}))
+    kernel, space = _largest_kernel_space(kernels)
     seeds = space.seeds()
     assert seeds, "the largest kernel of the layer is a GEMM with seeds"
     cands = [space.default(), *seeds, *space.sample(8)]
-    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
     latency = np.array([1e-3] + [1e-4] * len(seeds) + [1e-5] * (len(cands) - 1 - len(seeds)))
-    trainer = ModelTrainer(XGBCostModel(n_estimators=50).fit(X, latency, [kernel.workload.workload_hash] * len(cands)))
+    trainer, _ = _trained_on(kernel, space, cands, latency)
     picked, _ = model_pick(kernel, space, trainer, samples=8)
     assert picked.record.candidate_hash in {s.record.candidate_hash for s in seeds}
 
