@@ -17,6 +17,9 @@ local RPC tracker and worker, a real SQLite database):
    legalization and fusion, ``cold_trials`` trials per task in all
    (:func:`bench.layer.metaschedule_layer`).
 
+With ``$BENCH_WORK_DIR`` set, the databases of a run stay there (``later-*.db``) for
+``tune model eval`` and ``tune simulate``.
+
 Figures are end-to-end layer latencies: ours as ``tune run`` times the compiled
 program on the worker (median of repeats), MetaSchedule's with the VM's
 ``time_evaluator`` (median of repeats). Goals (the cost-model issue): warm with
@@ -67,6 +70,21 @@ def tune(model: str, stage: str, seq_len: int, kv_len: int, trials: int, db_path
 def _copy(db_path: str, to: str) -> str:
     shutil.copyfile(db_path, to)  # the source run has finished: no WAL left to copy
     return to
+
+
+def _keep_databases(work: str, quick: bool) -> None:
+    """Copy this run's SQLite databases into ``$BENCH_WORK_DIR`` as ``later-NAME.db``, when it is set.
+
+    The source database (``later-warm.db``) and the target runs' (``later-cold-STAGE.db`` and
+    others) are what ``tune model eval`` and ``tune simulate`` read afterwards; the temporary
+    directory is removed when the run ends. Quick mode keeps nothing.
+    """
+    keep_in = os.environ.get("BENCH_WORK_DIR")
+    if quick or not keep_in:
+        return
+    for name in sorted(os.listdir(work)):
+        if name.endswith(".db"):
+            _copy(os.path.join(work, name), os.path.join(keep_in, f"later-{name}"))
 
 
 def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) -> BenchResult:
@@ -129,6 +147,7 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
                     imported, cfg["cold_trials"] * tasks, make_target(default_target()),
                     os.path.join(work, "ms"), repeat)
                 walls[f"{stage}: MetaSchedule"] = time.time() - t0
+        _keep_databases(work, quick)
     result.rows = _rows(cfg, figures)
     result.notes = [
         f"Source: {source} ({', '.join(cfg['stages'])}, {source_len} tokens, KV cache {kv_len}) with "
