@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--only NAME ...] [--out DIR]``: run every benchmark, write BENCHMARKS.md.
+"""``python -m bench [--quick [--full NAME ...]] [--only NAME ...] [--out DIR]``: run every benchmark, write BENCHMARKS.md.
 
 Each benchmark runs in its own subprocess (``python -m bench.<module> [--quick]
 --json``), so one that crashes, hangs past its time limit or is missing is
@@ -10,6 +10,11 @@ anchor / anchor_name / ratio / goal / met, notes, plot).
 The cost-model benchmark runs here, on the database the sample-efficiency
 benchmark leaves behind (``tune model eval --json``), against TenSet's published
 XGBoost figures.
+
+``--quick --full NAME ...`` runs the named benchmarks at their full sizes and the
+others quick: the benchmarks whose full mode fits a session (extraction, service,
+database: minutes on 2 cores) publish their real figures beside the smoke runs of
+those that take hours. The summary table gives each benchmark's mode.
 """
 
 from __future__ import annotations
@@ -76,25 +81,35 @@ def main(argv: list[str] | None = None) -> int:
     names = [b[0] for b in BENCHMARKS]
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few trials: a smoke run")
+    parser.add_argument("--full", nargs="+", choices=names, metavar="NAME", default=[],
+                        help="with --quick, run these benchmarks at their full sizes")
     parser.add_argument("--only", nargs="+", choices=names, metavar="NAME",
                         help=f"run only these benchmarks ({', '.join(names)})")
     parser.add_argument("--out", default=".", help="directory of BENCHMARKS.md and bench/plots/ (default: .)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds each benchmark may take (default: 240 quick, 14400 full)")
     args = parser.parse_args(argv)
+    if args.full and not args.quick:
+        parser.error("--full names benchmarks to run at full size within a --quick run; without --quick all are")
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     machine = machine_info(command.strip())
-    timeout_s = args.timeout or (240.0 if args.quick else 14400.0)
     chosen = [b for b in BENCHMARKS if not args.only or b[0] in args.only]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-") as work:
         env = dict(os.environ, BENCH_WORK_DIR=work)
         for name, module, title in chosen:
+            # the cost model evaluates the sample-efficiency benchmark's database: its mode is that one's
+            quick = args.quick and (name if module else "sample_efficiency") not in args.full
+            timeout_s = args.timeout or (240.0 if quick else 14400.0)
             print(f"[bench] {name} ...", file=sys.stderr, flush=True)
             if module is None:
-                result = run_cost_model(work, quick=args.quick, title=title, timeout_s=timeout_s)
+                result = run_cost_model(work, quick=quick, title=title, timeout_s=timeout_s)
             else:
-                result = run_module(name, module, title, args.quick, timeout_s, env)
+                # later_compile's quick mode starts from the layer benchmark's database, a tiny one only when quick
+                own_env = env if name != "later_compile" or "layer" not in args.full else \
+                    {k: v for k, v in env.items() if k != "BENCH_WORK_DIR"}
+                result = run_module(name, module, title, quick, timeout_s, own_env)
+            result.mode = "quick" if quick else "full"
             print(f"[bench] {name}: {result.status} {result.reason} ({result.seconds:.0f} s)", file=sys.stderr,
                   flush=True)
             for row in result.rows:

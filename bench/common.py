@@ -71,6 +71,9 @@ class BenchResult:
         The command that produced it.
     seconds : float
         Wall time it took.
+    mode : str
+        ``quick`` (small sizes, a smoke run) or ``full`` (the issue's sizes); set by the
+        suite runner, empty for a result of a module run on its own.
     """
 
     name: str
@@ -82,6 +85,7 @@ class BenchResult:
     reason: str = ""
     command: str = ""
     seconds: float = 0.0
+    mode: str = ""
 
     def to_json(self) -> dict:
         """Plain JSON values."""

@@ -36,12 +36,13 @@ def render(results: list[BenchResult], machine: dict, plots: dict[str, str]) -> 
     keys = ["cpu_model", "cores", "llvm_cpu", "load_average_at_start", "os", "python",
             "tvm", "torch", "numpy", "xgboost", "egglog", "sqlalchemy"]
     out += [f"| {k} | {machine.get(k, '?')} |" for k in keys]
-    out += ["", "## Summary", "", "| benchmark | status | goals met | goals not met |", "|---|---|---:|---:|"]
+    out += ["", "## Summary", "", "| benchmark | mode | status | goals met | goals not met |",
+            "|---|---|---|---:|---:|"]
     for res in results:
         met = sum(1 for r in res.rows if r.met is True)
         missed = sum(1 for r in res.rows if r.met is False)
         status = res.status if res.status == "ok" else f"**not run**: {res.reason.splitlines()[0] if res.reason else ''}"
-        out.append(f"| [{res.title}](#{res.name.replace('_', '-')}) | {status} | {met} | {missed} |")
+        out.append(f"| [{res.title}](#{res.name.replace('_', '-')}) | {res.mode or '-'} | {status} | {met} | {missed} |")
     for res in results:
         out += ["", f"<a id=\"{res.name.replace('_', '-')}\"></a>", f"## {res.title}", ""]
         if res.status != "ok":

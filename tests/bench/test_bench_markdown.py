@@ -4,7 +4,9 @@ import json
 import os
 import time
 
-from bench.__main__ import run_module
+import pytest
+
+from bench.__main__ import main, run_module
 from bench.common import BenchResult, Row, median_time, median_times, ratio_row
 from bench.markdown import render, write
 
@@ -28,10 +30,26 @@ def test_render_states_unmet_goals_and_not_run_benchmarks(tmp_path):
     text = open(path).read()
     assert "| gemm GFLOP/s | 10 | numpy | 20 | 0.5 | ours/numpy >= 0.9 | **no** |" in text
     assert "**Not run.** `bench.service` does not exist yet." in text
-    assert "| [Service](#service) | **not run**" in text
+    assert "| [Service](#service) | - | **not run**" in text
     assert os.path.getsize(tmp_path / "bench" / "plots" / "kernels.png") > 0
     assert "bench/plots/kernels.png" in text
     assert not (tmp_path / "bench" / "plots" / "service.png").exists()
+
+
+def test_the_summary_gives_each_benchmark_its_mode(tmp_path):
+    full = BenchResult("database", "Database", mode="full", command="python -m bench.database --json")
+    quick = BenchResult("kernels", "Kernels", mode="quick", command="python -m bench.kernels --quick --json")
+    text = render([quick, full], MACHINE, {})
+    assert "| benchmark | mode | status | goals met | goals not met |" in text
+    assert "| [Kernels](#kernels) | quick | ok | 0 | 0 |" in text
+    assert "| [Database](#database) | full | ok | 0 | 0 |" in text
+
+
+def test_full_needs_quick(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--full", "database"])
+    assert exit_info.value.code == 2
+    assert "--full names benchmarks to run at full size within a --quick run" in capsys.readouterr().err
 
 
 def test_render_round_trips_json():
