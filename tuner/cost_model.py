@@ -9,21 +9,29 @@ by workload features: log2 of FLOPs, of bytes moved, of arithmetic intensity
 Two boosters are trained on the same rows:
 
 - the *score* booster ranks candidates within a workload (higher is faster).
-  Its objective is one of ``OBJECTIVES``. On the database of a real Qwen3-0.6B
-  prefill tuning run (``tune run qwen3-0.6b --stage prefill --seq-len 128
-  --trials 8``: 243 measurements of 57 workloads, 54 evaluated, whole workloads
-  held out) ``tune model eval`` gave top-1 / top-5 / pairwise / Spearman of
-  0.872 / 0.992 / 0.805 / 0.651 for ``rank:pairwise``, 0.842 / 0.979 / 0.775 /
-  0.583 for ``reg:latency`` (regression on ``-log(latency)``), 0.878 / 0.982 /
-  0.709 / 0.464 for ``reg:normalized`` and 0.864 / 0.991 / 0.737 / 0.519 for
-  ``rank:ndcg``. The default stays ``reg:latency``: a ranking objective trains
-  a second booster for prices, which doubles the retraining after every batch,
-  and the run retrains after every batch. Booster size was chosen on a second
-  such database (264 measurements of 57 workloads, 5 grouped folds): 100 trees
-  over 32 histogram bins gave 0.856 / 0.974 / 0.811 / 0.669 in 0.23 s per fit
-  (about 210 rows of 496 features, one thread), against 0.832 / 0.984 / 0.774 /
-  0.589 in 0.80 s for 200 trees over XGBoost's default 256 bins, and
-  ``rank:pairwise`` at the same size 0.838 / 0.974 / 0.784 / 0.613 in 0.47 s;
+  Its objective is one of ``OBJECTIVES``, chosen by ``tune model eval`` (whole
+  workloads held out; top-1 / top-5 / pairwise, XGBoost at the size below) on
+  the databases of real tuning runs, ``rank:pairwise`` against ``reg:latency``
+  (regression on ``-log(latency)``):
+
+  - Qwen3-0.6B prefill, 8 trials (218 records, 46 workloads): 0.920 / 1.000 /
+    0.879 against 0.943 / 1.000 / 0.876;
+  - Qwen3-0.6B prefill and decode, 4 trials (272, 93): 0.900 / 1.000 / 0.884
+    against 0.897 / 1.000 / 0.826;
+  - Qwen3-1.7B prefill, 16 trials (368, 45): 0.934 / 0.982 / 0.899 against
+    0.874 / 0.973 / 0.870;
+  - Qwen3-1.7B decode, 16 trials (386, 46): 0.862 / 0.960 / 0.749 against
+    0.900 / 0.957 / 0.791.
+
+  Means over the four: top-1 0.904 against 0.904, pairwise 0.853 against
+  0.841, and each wins on some: a wash within the spread of one database.
+  ``reg:latency`` stays the default, as it needs one booster where a ranking
+  objective trains the latency booster beside it, a second fit of the
+  size below after each batch. Booster size was chosen on a Qwen3-0.6B
+  prefill database (264 measurements of 57 workloads, 5 grouped folds): 100
+  trees over 32 histogram bins fit in 0.23 s (about 210 rows of 496 features,
+  one thread), against 0.80 s for 200 trees over XGBoost's default 256 bins,
+  with no better figures;
 - the *latency* booster regresses ``-log(median latency in seconds)`` and prices
   kernels the run has not measured (a sum over kernels needs seconds, which a
   ranking score does not give).

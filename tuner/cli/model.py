@@ -81,7 +81,7 @@ def _fmt(value) -> str:
 @model_app.command("train")
 def train_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    objective: Annotated[str, typer.Option(help="XGBoost objective: reg:latency (default), rank:pairwise, rank:ndcg or reg:normalized.")] = "reg:latency",
+    objective: Annotated[str | None, typer.Option(help="XGBoost objective: reg:latency (default), rank:pairwise, rank:ndcg or reg:normalized.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
     peak_gflops: Annotated[float | None, typer.Option("--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
     bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="Roofline fallback: memory bandwidth in GB/s (default: measured).")] = None,
@@ -92,11 +92,12 @@ def train_command(
     With too few measurements nothing is stored and kernels stay priced by the
     analytical roofline model; the output says so.
     """
-    from ..cost_model import OBJECTIVES
+    from ..cost_model import DEFAULT_OBJECTIVE, OBJECTIVES
     from ..dataset import load_dataset
     from ..model_store import train_version
     from ..roofline_model import MIN_TRAIN_RECORDS, RooflineCostModel
 
+    objective = objective or DEFAULT_OBJECTIVE
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     with existing_database(db) as database:
