@@ -105,10 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             if module is None:
                 result = run_cost_model(work, quick=quick, title=title, timeout_s=timeout_s)
             else:
-                # later_compile's quick mode starts from the layer benchmark's database, a tiny one only when quick
-                own_env = env if name != "later_compile" or "layer" not in args.full else \
-                    {k: v for k, v in env.items() if k != "BENCH_WORK_DIR"}
-                result = run_module(name, module, title, quick, timeout_s, own_env)
+                result = run_module(name, module, title, quick, timeout_s, env)
             result.mode = "quick" if quick else "full"
             print(f"[bench] {name}: {result.status} {result.reason} ({result.seconds:.0f} s)", file=sys.stderr,
                   flush=True)

@@ -28,7 +28,7 @@ program on the worker (median of repeats), MetaSchedule's with the VM's
 
 ``--quick`` is a smoke run of the script that fits the suite's quick mode: source
 ``qwen3-tiny`` prefill at 8 tokens with 2 trials (the database the layer benchmark
-leaves in ``$BENCH_WORK_DIR``, when there is one), target ``qwen3-tiny`` at 16 tokens
+leaves in ``$BENCH_WORK_DIR`` when it tuned that same model and shape), target ``qwen3-tiny`` at 16 tokens
 (new shapes) with ``--trials 0`` only, against TVM's default build of the target
 timed in the same run; no cold run and no MetaSchedule (``tune_relax`` takes about 7
 minutes on one tiny stage on 2 cores), so the goals are not judged.
@@ -99,7 +99,7 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
     from tuner.kernels import kernels_of, lower_to_kernels
     from tuner.session import default_target
 
-    from .layer import metaschedule_layer
+    from .layer import layer_db_name, metaschedule_layer
 
     cfg = QUICK if quick else dict(FULL, **(overrides or {}))
     (source, source_len), (target_model, target_len) = cfg["source"], cfg["target"]
@@ -112,7 +112,8 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
         walls: dict[str, float] = {}
         predicted: dict[str, str] = {}
         t0 = time.time()
-        left_by_layer = os.path.join(os.environ.get("BENCH_WORK_DIR", ""), "layer-prefill.db")
+        left_by_layer = os.path.join(os.environ.get("BENCH_WORK_DIR", ""),
+                                     layer_db_name(source, "prefill", source_len, kv_len))
         if quick and os.environ.get("BENCH_WORK_DIR") and os.path.exists(left_by_layer):
             _copy(left_by_layer, warm_db)
             source_note = "the layer benchmark's database (the same source run)"

@@ -128,6 +128,11 @@ def kernel_rows(summary, db_url: str, roofline) -> list[dict]:
         db.close()
 
 
+def layer_db_name(model: str, stage: str, seq_len: int, kv_len: int) -> str:
+    """File name of the tuning database a run leaves in ``$BENCH_WORK_DIR``: named by what it tuned."""
+    return f"layer-{model}-{stage}-{seq_len}-{kv_len}.db"
+
+
 def run(quick: bool = False, trials: int | None = None, model: str | None = None,
         seq_len: int | None = None, kv_len: int | None = None, repeat: int = 10,
         stages: tuple[str, ...] = STAGES, metaschedule: bool = True) -> BenchResult:
@@ -161,8 +166,8 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
                                           os.path.join(stage_dir, "ms"), repeat)
             kernels = kernel_rows(summary, f"sqlite:///{os.path.join(stage_dir, 'tune.db')}", roofline)
             if os.environ.get("BENCH_WORK_DIR"):  # the later-compile benchmark's quick mode starts from it
-                shutil.copyfile(os.path.join(stage_dir, "tune.db"),
-                                os.path.join(os.environ["BENCH_WORK_DIR"], f"layer-{stage}.db"))
+                shutil.copyfile(os.path.join(stage_dir, "tune.db"), os.path.join(
+                    os.environ["BENCH_WORK_DIR"], layer_db_name(model, stage, seq_len, kv_len)))
             per_stage[stage] = {"ours_s": ours, "torch_eager_s": torch_s, "metaschedule_s": ms_s,
                                 "trials": summary.measured_trials, "rewrites": summary.graph["rewrites"],
                                 "priced_s": summary.graph["predicted_latency_s"], "kernels": kernels}
