@@ -12,9 +12,10 @@ benchmark leaves behind (``tune model eval --json``), against TenSet's published
 XGBoost figures.
 
 ``--quick --full NAME ...`` runs the named benchmarks at their full sizes and the
-others quick: the benchmarks whose full mode fits a session (extraction, service,
-database: minutes on 2 cores) publish their real figures beside the smoke runs of
-those that take hours. The summary table gives each benchmark's mode.
+others quick: the benchmarks whose full mode fits a session (extraction, service and
+database: 1 to 6 minutes each on 2 cores; kernels: 15 minutes) publish their real
+figures beside the smoke runs of those that take hours. The summary table gives
+each benchmark's mode.
 """
 
 from __future__ import annotations
