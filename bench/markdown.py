@@ -95,10 +95,21 @@ def _roofline(plt, data: dict):
         xs = [p["intensity"] for p in points if p.get(who)]
         ys = [p[who] / 1e9 for p in points if p.get(who)]
         ax.scatter(xs, ys, marker=marker, label=who if who != "torch" else "PyTorch", zorder=3)
-    for p in points:
-        if p.get("ours"):
-            ax.annotate(p["label"], (p["intensity"], p["ours"] / 1e9), fontsize=7, xytext=(4, 4),
-                        textcoords="offset points")
+    # kernels of about the same intensity are labelled in one column, each label tied to its point by a line
+    labelled = sorted((p for p in points if p.get("ours")), key=lambda p: (p["intensity"], -p["ours"]))
+    clusters: list[list[dict]] = []
+    for p in labelled:
+        if clusters and abs(np.log10(p["intensity"] / clusters[-1][0]["intensity"])) < 0.2:
+            clusters[-1].append(p)
+        else:
+            clusters.append([p])
+    for cluster in clusters:
+        cluster.sort(key=lambda p: -p["ours"])
+        x0, y0 = cluster[0]["intensity"] * 1.4, cluster[0]["ours"] / 1e9 * 1.1
+        for i, p in enumerate(cluster):
+            ax.annotate(p["label"], (p["intensity"], p["ours"] / 1e9), xytext=(x0, y0 * 10 ** (-0.09 * i)),
+                        textcoords="data", fontsize=7, va="center",
+                        arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"})
     ax.set_xlabel("arithmetic intensity (FLOPs/byte)")
     ax.set_ylabel("GFLOP/s")
     ax.legend(fontsize=8)
