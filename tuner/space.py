@@ -19,6 +19,7 @@ own in the same kernel, CPU targets only); ``space_note`` says so.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ from measure.tvmapi import (
     ms,
     mutate_trace,
     register_tensor_intrinsics,
+    structural_hash,
     trace_to_json,
 )
 
@@ -50,6 +52,12 @@ class ScheduleCandidate:
 
     record: CandidateRecord
     mod: tvm.IRModule
+
+    @functools.cached_property
+    def program_hash(self) -> str:
+        """Structural hash of the scheduled program: two traces that schedule the kernel into the
+        same loop nest (a tile split the simplifier undoes, an unroll of a loop of extent 1) share it."""
+        return structural_hash(self.mod["main"])
 
 
 class ScheduleSpace:

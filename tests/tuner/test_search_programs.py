@@ -1,0 +1,47 @@
+"""The search measures distinct programs: traces that schedule a kernel into the same loop nest count once."""
+
+from __future__ import annotations
+
+from database import MeasureRecord
+from measure.tvmapi import make_target
+from tuner.node_prices import node_kernel
+from tuner.search import ModelTrainer, SearchConfig, tune_kernel
+from tuner.space import ScheduleSpace
+
+
+class _OfferingSpace(ScheduleSpace):
+    """The real schedule space, remembering every candidate it offered the search."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.offered: list = []
+
+    def sample(self, n):
+        out = super().sample(n)
+        self.offered += out
+        return out
+
+    def mutate(self, parents, n):
+        out = super().mutate(parents, n)
+        self.offered += out
+        return out
+
+
+def test_the_search_never_measures_one_program_twice():
+    kernel = node_kernel("matmul", (1, 64), "float32", [(1, 64), (64, 64)])
+    target = make_target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    space = _OfferingSpace(kernel.func, kernel.workload.workload_hash, target)
+    measured: list = []
+
+    def measure(k, batch):
+        # latencies are assigned, not measured: what is under test is which candidates the search sends
+        measured.extend(batch)
+        return [MeasureRecord(c.record.candidate_hash, k.workload.workload_hash, "t", "ok",
+                              (1e-4 * (1 + 0.01 * len(measured) + 0.001 * i),) * 3) for i, c in enumerate(batch)]
+
+    outcome = tune_kernel(kernel, space, {}, [], ModelTrainer(), measure, SearchConfig(trials=40, batch_size=8))
+    offered = {c.record.candidate_hash: c.program_hash for c in space.offered}
+    assert len(set(offered.values())) < len(offered), "premise: the space offered one program under two traces"
+    programs = [c.program_hash for c in measured]
+    assert len(programs) == len(set(programs)), "no program measured twice"
+    assert len(measured) == 40 and outcome.stop_reason == "budget"
