@@ -105,7 +105,7 @@ def _roofline(plt, data: dict):
             clusters.append([p])
     for cluster in clusters:
         cluster.sort(key=lambda p: -p["ours"])
-        x0, y0 = cluster[0]["intensity"] * 1.4, cluster[0]["ours"] / 1e9 * 1.1
+        x0, y0 = max(p["intensity"] for p in cluster) * 1.4, cluster[0]["ours"] / 1e9 * 1.1
         for i, p in enumerate(cluster):
             ax.annotate(p["label"], (p["intensity"], p["ours"] / 1e9), xytext=(x0, y0 * 10 ** (-0.09 * i)),
                         textcoords="data", fontsize=7, va="center",

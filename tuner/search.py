@@ -171,9 +171,11 @@ def tune_kernel(
         return KernelOutcome(kernel.workload.workload_hash, "already_tuned", before, 0)
     programs = {c.program_hash for c in seen.values()}  # programs measured or waiting in the queue or pool
 
-    def new_programs(cands: list[ScheduleCandidate]) -> list[ScheduleCandidate]:
+    def new_programs(cands: list[ScheduleCandidate], limit: int | None = None) -> list[ScheduleCandidate]:
         out = []
         for c in cands:
+            if limit is not None and len(out) == limit:
+                break
             if c.record.candidate_hash not in measured and c.program_hash not in programs:
                 programs.add(c.program_hash)
                 out.append(c)
@@ -181,7 +183,7 @@ def tune_kernel(
 
     seeds = space.seeds()
     default = space.default()
-    queue = new_programs([default, *seeds[:LEADING_SEEDS]])[:left]
+    queue = new_programs([default, *seeds[:LEADING_SEEDS]], limit=left)
     pool = new_programs(space.sample(max(config.pool_factor * left, 16)) + seeds[LEADING_SEEDS:])
 
     def score(cands: list[ScheduleCandidate]) -> np.ndarray | None:
