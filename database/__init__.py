@@ -15,6 +15,7 @@ from .records import (
     TargetRecord,
     TrainingRow,
     WorkloadRecord,
+    candidate_latency,
     canonical_json,
     sha256_text,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "TargetRecord",
     "TrainingRow",
     "WorkloadRecord",
+    "candidate_latency",
     "canonical_json",
     "open_database",
     "sha256_text",

@@ -6,6 +6,7 @@ measurement taken on one target never answers a question about another.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 
@@ -14,7 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
 from .models import Candidate, CostModelVersion, MeasureResult, Target, Workload
-from .records import CandidateRecord, MeasureRecord, TargetRecord, TrainingRow
+from .records import CandidateRecord, MeasureRecord, TargetRecord, TrainingRow, candidate_latency
 
 _IN_CHUNK = 500  # bound parameters per IN list, well under every backend's limit
 
@@ -40,28 +41,34 @@ def target_id(conn: Connection, target_hash: str) -> int | None:
     return conn.scalar(select(Target.id).where(Target.target_hash == target_hash))
 
 
-def _latest_ids(target: int, *, ok_only: bool, workload_ids: list[int] | None) -> Select:
-    """Ids of the newest measurement per candidate on a target.
-
-    With ``ok_only``, only ``ok`` rows count and a candidate that ever gave a
-    ``wrong_result`` on this target is left out entirely.
-    """
+def _latest_ids(target: int, *, workload_ids: list[int] | None) -> Select:
+    """Ids of the newest measurement (any status) per candidate on a target."""
     query = select(func.max(MeasureResult.id)).where(MeasureResult.target_id == target)
     if workload_ids is not None:
         query = query.join(Candidate, Candidate.id == MeasureResult.candidate_id).where(
             Candidate.workload_id.in_(workload_ids)
         )
-    if ok_only:
-        # Correlated, so each candidate costs one probe of the (target, candidate)
-        # index instead of a scan of every wrong result on the target.
-        other = aliased(MeasureResult)
-        wrong = select(other.id).where(
-            other.candidate_id == MeasureResult.candidate_id,
-            other.target_id == target,
-            other.status == "wrong_result",
-        )
-        query = query.where(MeasureResult.status == "ok", ~exists(wrong))
     return query.group_by(MeasureResult.candidate_id)
+
+
+def _never_wrong():
+    """Where-clause: the row's candidate never gave a ``wrong_result`` on the row's target.
+
+    Correlated, so each row costs one probe of the (target, candidate) index
+    instead of a scan of every wrong result on the target.
+    """
+    other = aliased(MeasureResult)
+    return ~exists(select(other.id).where(
+        other.candidate_id == MeasureResult.candidate_id,
+        other.target_id == MeasureResult.target_id,
+        other.status == "wrong_result",
+    ))
+
+
+def _ok(target: int):
+    """Where-clauses of the measurements that count as a candidate's time on a target."""
+    return (MeasureResult.target_id == target, MeasureResult.status == "ok",
+            MeasureResult.median_s.is_not(None), _never_wrong())
 
 
 def measured_candidates(
@@ -72,7 +79,7 @@ def measured_candidates(
     workload = conn.scalar(select(Workload.id).where(Workload.workload_hash == workload_hash))
     if target is None or workload is None:
         return {}
-    latest = _latest_ids(target, ok_only=False, workload_ids=[workload])
+    latest = _latest_ids(target, workload_ids=[workload])
     rows = conn.execute(
         select(
             Candidate.candidate_hash,
@@ -82,6 +89,7 @@ def measured_candidates(
             MeasureResult.error,
             MeasureResult.worker,
             MeasureResult.session_id,
+            MeasureResult.confirm,
         )
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
         .where(MeasureResult.id.in_(latest))
@@ -97,58 +105,77 @@ def measured_candidates(
             error=m.error,
             worker=m.worker,
             session_id=m.session_id,
+            confirm=bool(m.confirm),
         )
         for m in rows
     }
 
 
-def best(
-    conn: Connection, workload_hash: str, target_hash: str
-) -> tuple[CandidateRecord, float] | None:
-    """The candidate of a workload with the least newest ``ok`` median on a target."""
+def candidate_latencies(
+    conn: Connection, workload_hash: str, target_hash: str, limit: int | None = None
+) -> list[TrainingRow]:
+    """The candidates of a workload that count on a target, fastest first, at most ``limit``.
+
+    A candidate counts when it has an ``ok`` measurement on the target and never
+    gave a ``wrong_result`` there; its latency is :func:`candidate_latency` over
+    its ``ok`` measurements, and ``measurements`` says how many there are. Ties
+    go to the candidate recorded first.
+    """
     target = target_id(conn, target_hash)
     workload = conn.scalar(select(Workload.id).where(Workload.workload_hash == workload_hash))
     if target is None or workload is None:
-        return None
-    latest = _latest_ids(target, ok_only=True, workload_ids=[workload])
-    row = conn.execute(
-        select(Candidate.trace_json, MeasureResult.median_s)
+        return []
+    medians: dict[int, list[float]] = {}
+    rows = conn.execute(
+        select(MeasureResult.candidate_id, MeasureResult.median_s)
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
-        .where(MeasureResult.id.in_(latest), MeasureResult.median_s.is_not(None))
-        .order_by(MeasureResult.median_s, MeasureResult.id)
-        .limit(1)
-    ).first()
-    if row is None:
+        .where(Candidate.workload_id == workload, *_ok(target))
+    )
+    for cid, median in rows:
+        medians.setdefault(cid, []).append(median)
+    order = sorted((candidate_latency(m), cid) for cid, m in medians.items())[:limit]
+    info = {}
+    for part in chunks([cid for _, cid in order]):
+        info.update((r.id, r) for r in conn.execute(
+            select(Candidate.id, Candidate.candidate_hash, Candidate.trace_json).where(Candidate.id.in_(part))))
+    return [TrainingRow(workload_hash, info[cid].candidate_hash, info[cid].trace_json, latency, len(medians[cid]))
+            for latency, cid in order]
+
+
+def best(
+    conn: Connection, workload_hash: str, target_hash: str
+) -> tuple[CandidateRecord, float] | None:
+    """The candidate of a workload with the least latency on a target (see :func:`candidate_latencies`)."""
+    fastest = candidate_latencies(conn, workload_hash, target_hash, limit=1)
+    if not fastest:
         return None
-    return CandidateRecord(workload_hash=workload_hash, trace_json=row.trace_json), row.median_s
+    return CandidateRecord(workload_hash=workload_hash, trace_json=fastest[0].trace_json), fastest[0].median_s
 
 
 def training_rows(
     conn: Connection, target_hash: str, workload_hashes: list[str] | None = None
 ) -> list[TrainingRow]:
-    """Newest ``ok`` median per candidate on a target, ordered by workload then candidate."""
+    """Per candidate that counts on a target (see :func:`candidate_latencies`), its latency; by workload, candidate."""
     target = target_id(conn, target_hash)
     if target is None:
         return []
-    workload_ids = None
+    query = (
+        select(Workload.workload_hash, Candidate.candidate_hash, Candidate.trace_json, MeasureResult.median_s)
+        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
+        .join(Workload, Workload.id == Candidate.workload_id)
+        .where(*_ok(target))
+        .order_by(Workload.workload_hash, Candidate.candidate_hash, MeasureResult.id)
+    )
     if workload_hashes is not None:
         workload_ids = list(ids_by_hash(conn, Workload.workload_hash, workload_hashes).values())
         if not workload_ids:
             return []
-    latest = _latest_ids(target, ok_only=True, workload_ids=workload_ids)
-    rows = conn.execute(
-        select(
-            Workload.workload_hash,
-            Candidate.candidate_hash,
-            Candidate.trace_json,
-            MeasureResult.median_s,
-        )
-        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
-        .join(Workload, Workload.id == Candidate.workload_id)
-        .where(MeasureResult.id.in_(latest), MeasureResult.median_s.is_not(None))
-        .order_by(Workload.workload_hash, Candidate.candidate_hash)
-    )
-    return [TrainingRow(*row) for row in rows]
+        query = query.where(Candidate.workload_id.in_(workload_ids))
+    out: list[TrainingRow] = []
+    for (wh, ch, trace), rows in itertools.groupby(conn.execute(query), key=lambda r: r[:3]):
+        medians = [r.median_s for r in rows]
+        out.append(TrainingRow(wh, ch, trace, candidate_latency(medians), len(medians)))
+    return out
 
 
 # -- cost model versions and replay (queries of the cost model's tools) --------
@@ -238,7 +265,8 @@ def all_measurements(conn: Connection, target_hash: str) -> list[tuple[MeasureRe
     """Every measurement on a target with its candidate's trace JSON, oldest first."""
     rows = conn.execute(
         select(Candidate.trace_json, Candidate.candidate_hash, Workload.workload_hash, MeasureResult.status, MeasureResult.times_s,
-               MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id)
+               MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id,
+               MeasureResult.confirm)
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
         .join(Workload, Workload.id == Candidate.workload_id)
         .join(Target, Target.id == MeasureResult.target_id)
@@ -247,6 +275,7 @@ def all_measurements(conn: Connection, target_hash: str) -> list[tuple[MeasureRe
     )
     return [
         (MeasureRecord(candidate_hash=c, workload_hash=w, target_hash=target_hash, status=s,
-                       times_s=tuple(json.loads(t)), build_time_s=b, error=e, worker=k, session_id=sid), trace)
-        for trace, c, w, s, t, b, e, k, sid in rows
+                       times_s=tuple(json.loads(t)), build_time_s=b, error=e, worker=k, session_id=sid,
+                       confirm=bool(confirm)), trace)
+        for trace, c, w, s, t, b, e, k, sid, confirm in rows
     ]

@@ -187,13 +187,14 @@ class Database:
             )
             return result.rowcount
 
-    def session_trials(self, session_id: int) -> int:
-        """The number of measurements (any status) recorded by a session."""
+    def session_trials(self, session_id: int, confirm: bool = False) -> int:
+        """The number of measurements (any status) recorded by a session: its trials, or with ``confirm``
+        its re-measurements of leaders (see ``MeasureRecord.confirm``)."""
         with transaction(self._engine, write=False) as conn:
             return conn.scalar(
                 select(func.count())
                 .select_from(MeasureResult)
-                .where(MeasureResult.session_id == session_id)
+                .where(MeasureResult.session_id == session_id, MeasureResult.confirm == confirm)
             )
 
     # -- keyed records ----------------------------------------------------
@@ -295,6 +296,7 @@ class Database:
                 "build_time_s": float(r.build_time_s),
                 "error": r.error,
                 "worker": r.worker,
+                "confirm": r.confirm,
             }
             for r in results
         ]
@@ -419,21 +421,33 @@ class Database:
             return queries.measured_candidates(conn, workload_hash, target_hash)
 
     def best(self, workload_hash: str, target_hash: str) -> tuple[CandidateRecord, float] | None:
-        """The fastest candidate of a workload on a target and its median time in seconds.
+        """The fastest candidate of a workload on a target and its latency in seconds.
 
-        Each candidate counts with its newest ``ok`` measurement; a candidate with
-        any ``wrong_result`` on this target never counts. None when nothing qualifies.
+        A candidate's latency is the median over its ``ok`` measurements' medians
+        (see :meth:`candidate_latencies`); a candidate with any ``wrong_result``
+        on this target never counts. None when nothing qualifies.
         """
         with transaction(self._engine, write=False) as conn:
             return queries.best(conn, workload_hash, target_hash)
 
+    def candidate_latencies(self, workload_hash: str, target_hash: str, limit: int | None = None
+                            ) -> list[TrainingRow]:
+        """The measured candidates of a workload on a target, fastest first (at most ``limit``).
+
+        Each row's ``median_s`` is the candidate's latency in seconds, the median
+        over the medians of its ``ok`` measurements, and ``measurements`` their
+        number; candidates with no ``ok`` measurement, or any ``wrong_result``
+        on this target, are left out.
+        """
+        with transaction(self._engine, write=False) as conn:
+            return queries.candidate_latencies(conn, workload_hash, target_hash, limit)
+
     def training_rows(
         self, target_hash: str, workload_hashes: list[str] | None = None
     ) -> list[TrainingRow]:
-        """Per candidate, its newest ``ok`` median (seconds) on a target: the cost model's data.
+        """Per candidate, its latency (seconds) on a target, as in :meth:`candidate_latencies`: the cost model's data.
 
-        Candidates with a ``wrong_result`` on this target are left out. Restricted
-        to ``workload_hashes`` when given.
+        Ordered by workload, then candidate hash. Restricted to ``workload_hashes`` when given.
         """
         with transaction(self._engine, write=False) as conn:
             return queries.training_rows(conn, target_hash, workload_hashes)

@@ -133,6 +133,8 @@ def load(db_url: str | None = None) -> TuningData:
             missing = [t for t in _TABLES if not inspect(conn).has_table(t)]
             if missing:
                 raise AnalysisError(f"{shown} is not a tuning database (no table {missing[0]}): run `tune db upgrade --db {shown}`")
+            if "confirm" not in {c["name"] for c in inspect(conn).get_columns("measure_result")}:
+                raise AnalysisError(f"{shown} was made by an older version of tune: run `tune db upgrade --db {shown}`")
             frames = {name: pd.read_sql(query, conn) for name, query in _queries().items()}
     except DatabaseError as err:
         raise AnalysisError(str(err)) from None
@@ -147,7 +149,7 @@ def _queries() -> dict:
             MeasureResult.id, MeasureResult.created_at, MeasureResult.status, MeasureResult.median_s,
             MeasureResult.mean_s, MeasureResult.min_s, MeasureResult.stdev_s, MeasureResult.times_s,
             MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id,
-            Candidate.candidate_hash, Candidate.trace_json, Workload.workload_hash, Target.target_hash,
+            MeasureResult.confirm, Candidate.candidate_hash, Candidate.trace_json, Workload.workload_hash, Target.target_hash,
         )
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
         .join(Workload, Workload.id == Candidate.workload_id)
@@ -184,6 +186,7 @@ def _assemble(url: str, f: dict[str, pd.DataFrame]) -> TuningData:
     ]
     m = f["measurements"]
     m["times_s"] = [json.loads(t) for t in m.times_s]
+    m["confirm"] = m.confirm.astype(bool)
     m["is_default"] = m.pop("trace_json") == DEFAULT_TRACE_JSON
     m = m.merge(f["workloads"], on="workload_hash", how="left").merge(f["targets"], on="target_hash", how="left")
     m = m.merge(sessions[["session_id", "model_source", "source"]], on="session_id", how="left")
@@ -268,15 +271,18 @@ def workloads_table(data: TuningData | None) -> pd.DataFrame:
     """Per measured workload and target key: name, kind, FLOPs, bytes, trials, best and default latency (s), speed-up.
 
     Columns: ``workload_hash``, ``workload``, ``op_kind``, ``key``, ``flops``, ``bytes_moved``,
-    ``trials`` (measurements of any status), ``best_s``, ``default_s`` (the untuned schedule),
-    ``speedup`` (default / best), ``best_gflops`` (FLOPs / best_s / 1e9).
+    ``trials`` (measurements of any status, re-measurements of leaders not counted), ``best_s``,
+    ``default_s`` (the untuned schedule), ``speedup`` (default / best), ``best_gflops`` (FLOPs / best_s / 1e9).
+    A candidate's latency is the median over its successful measurements, as the tuner counts it
+    (``database.candidate_latency``).
     """
     m = require_measurements(data, ok=False)
     ok = require_measurements(data)
     keys = ["workload_hash", "workload", "op_kind", "key", "flops", "bytes_moved"]
-    out = m.groupby(keys).agg(trials=("id", "count")).reset_index()
-    best = ok.groupby(["workload_hash", "key"]).median_s.min().rename("best_s")
-    default = ok[ok.is_default].groupby(["workload_hash", "key"]).median_s.min().rename("default_s")
+    out = m[~m.confirm].groupby(keys).agg(trials=("id", "count")).reset_index()
+    per = ok.groupby(["workload_hash", "key", "candidate_hash", "is_default"]).median_s.median().reset_index()
+    best = per.groupby(["workload_hash", "key"]).median_s.min().rename("best_s")
+    default = per[per.is_default].groupby(["workload_hash", "key"]).median_s.min().rename("default_s")
     out = out.join(best, on=["workload_hash", "key"]).join(default, on=["workload_hash", "key"])
     out["speedup"] = out.default_s / out.best_s
     out["best_gflops"] = out.flops / out.best_s / 1e9
@@ -338,13 +344,15 @@ def tuning_curves(data: TuningData | None) -> pd.DataFrame:
     """Best latency so far versus trials, per workload, target key and source (ours or MetaSchedule).
 
     Trials are every measurement of the workload on that key from that source, in
-    database order (failures count as trials and keep the best so far).
+    database order (failures count as trials and keep the best so far), by each
+    candidate's first measurement: re-measurements of the leaders are not trials.
 
     Columns: ``workload_hash``, ``workload``, ``key``, ``source``, ``trial`` (1-based),
     ``status``, ``median_s``, ``best_s`` (NaN until the first success), ``best_gflops``.
     """
     m = require_measurements(data, ok=False)
     require_measurements(data)
+    m = m[~m.confirm]
     keys = ["workload_hash", "key", "source"]
     c = m[keys + ["workload", "status", "median_s", "flops", "id"]].copy()
     c["trial"] = c.groupby(keys).cumcount() + 1
@@ -362,13 +370,14 @@ def has_metaschedule(data: TuningData | None) -> bool:
 def session_curves(data: TuningData | None) -> pd.DataFrame:
     """Per session: the sum over its workloads of the session's best latency so far, versus its trials.
 
-    Within a session, trial ``n`` is its ``n``-th measurement; ``total_best_s`` is the
+    Within a session, trial ``n`` is its ``n``-th measurement (re-measurements of
+    leaders are not trials and left out); ``total_best_s`` is the
     sum over the workloads measured so far of their best ``ok`` latency in this
     session (seconds, one call of each kernel), and ``workloads`` how many that sum
     covers. Columns: ``session_id``, ``model_source``, ``key``, ``trial``, ``workloads``, ``total_best_s``.
     """
     m = require_measurements(data, ok=False)
-    m = m[m.session_id.notna()]
+    m = m[m.session_id.notna() & ~m.confirm]
     if m.empty:
         raise AnalysisError(f"{data.url} holds no measurement made by a tuning session")
     rows = []

@@ -1,7 +1,8 @@
 """The cost model's data set from a tuning database: features, latencies and workloads.
 
-Every successful measurement of a target (newest per candidate, never a failed,
-timed-out or wrong-result one; see ``Database.training_rows``) is replayed: the
+Every measured candidate of a target (its latency the median over its successful
+measurements; never a failed, timed-out or wrong-result one; see
+``Database.training_rows``) is replayed: the
 workload's stored TVMScript is parsed back, the candidate's trace applied, and
 TVM's per-store features extracted, so a model can be trained or evaluated on a
 database alone, without the model that produced it.

@@ -39,6 +39,7 @@ class RunOptions:
     reprice: bool = False
     measure_top: int = 2
     batch_size: int = 8
+    confirm_top: int = 3
     seed: int = 0
     artifact_dir: str = "tune-artifacts"
 
@@ -47,6 +48,8 @@ class RunOptions:
             raise TuneError(f"--trials must be non-negative (0 measures nothing), got {self.trials}")
         if self.batch_size < 1:
             raise TuneError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.confirm_top < 0:
+            raise TuneError(f"--confirm-top must be non-negative (0 confirms nothing), got {self.confirm_top}")
         if self.max_candidates < 1:
             raise TuneError(f"--candidates must be at least 1, got {self.max_candidates}")
         if self.measure_top < 1:

@@ -39,4 +39,6 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     rewrites = ", ".join(summary.graph["rewrites"]) or "none (original program)"
     console.print(f"program: {summary.graph['term_hash'][:12]} rewrites: {rewrites}")
     console.print(f"artifact: {summary.artifact}  (max abs error vs reference {summary.max_abs_error:.2e})")
-    console.print(f"measured this session: {summary.measured_trials} trials")
+    console.print(f"measured this session: {summary.measured_trials} trials"
+                  + (f", and {summary.confirm_measurements} re-measurements of the kernels' leaders"
+                     if summary.confirm_measurements else ""))

@@ -59,6 +59,10 @@ class SearchConfig:
         (0: sampling only).
     seed : int
         Seed of the sampler and of the exploration draw.
+    confirm_top : int
+        Fastest candidates measured again once the budget is spent (0: none; see :mod:`tuner.confirm`).
+    confirm_measurements : int
+        Measurements each of those ends with; its latency is their median.
     """
 
     trials: int = 64
@@ -67,6 +71,8 @@ class SearchConfig:
     pool_factor: int = 4
     parents: int = 4
     seed: int = 0
+    confirm_top: int = 3
+    confirm_measurements: int = 3
 
 
 @dataclass(frozen=True)

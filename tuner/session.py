@@ -52,6 +52,7 @@ from .compile import (
     verify,
 )
 from .kernels import Kernel, kernels_of, lower_to_kernels
+from .confirm import confirm_leaders
 from .measuring import BatchMeasurer
 from .model_store import load_warm_model, save_model
 from .node_prices import KernelNodeCost, calibrated_roofline
@@ -97,7 +98,9 @@ class RunSummary:
     kernel prices gave: its program's ``term_hash``, whether it was ``new`` (no candidate
     had it) and ``added`` (new and numerically equal to the original, so tuned and
     priced), and how many kinds of GEMM-like e-node were ``priced`` by a tuned kernel or
-    ``estimated`` by the calibrated roofline.
+    ``estimated`` by the calibrated roofline. ``measured_trials`` counts the
+    session's trials (measurements of candidates, any status), ``confirm_measurements``
+    its re-measurements of the kernels' leaders (:mod:`tuner.confirm`).
     """
 
     session_id: int
@@ -114,6 +117,7 @@ class RunSummary:
     candidates: list[dict] = field(default_factory=list)
     programs_timed: list[dict] = field(default_factory=list)
     repriced: dict | None = None
+    confirm_measurements: int = 0
 
     def as_json(self) -> dict:
         """The summary as plain JSON values (what ``--json`` prints)."""
@@ -150,7 +154,8 @@ class TuneRun:
             device_wait_s=options.device_wait_s,
             retries=options.retries,
         )
-        self.search_config = SearchConfig(trials=options.trials, batch_size=options.batch_size, seed=options.seed)
+        self.search_config = SearchConfig(trials=options.trials, batch_size=options.batch_size, seed=options.seed,
+                                          confirm_top=options.confirm_top)
         self._stop = threading.Event()
 
     def run(self) -> RunSummary:
@@ -277,6 +282,7 @@ class TuneRun:
                         workloads.update(new)
                         tune(new)
             finally:
+                measurer.release()
                 builder.close()
                 runner.close()
             self.progress.stop_tuning()
@@ -301,6 +307,7 @@ class TuneRun:
             kernels=summary_kernels,
             latency_s=latency,
             measured_trials=db.session_trials(session_id),
+            confirm_measurements=db.session_trials(session_id, confirm=True),
             graph={"term_hash": cand.term_hash, "rewrites": list(cand.rewrites),
                    "predicted_latency_s": prices[cand.term_hash]},
             saturation={"iterations": rep.iterations, "enodes": rep.enodes, "eclasses": rep.eclasses,
@@ -392,11 +399,29 @@ class TuneRun:
 
         outcome = tune_kernel(kernel, space, measured, history, trainer, measurer.measure, self.search_config,
                               on_batch)
+        if self.opts.trials:
+            self._confirm(db, kernel, space, target_rec, measurer)
         if self.opts.trials and measured and db.best(wh, target_rec.target_hash) is None:
             failures = Counter((m.status, m.error) for m in measured.values())
             (status, error), _ = failures.most_common(1)[0]
             raise TuneError(f"every candidate of workload {kernel.name} ({wh}) failed: {status}: {error}")
         return outcome
+
+    def _confirm(self, db, kernel, space, target_rec, measurer) -> None:
+        """Re-measure the kernel's leaders (:mod:`tuner.confirm`) and say how its best changed."""
+        wh, th, cfg = kernel.workload.workload_hash, target_rec.target_hash, self.search_config
+        before = db.best(wh, th)
+        try:
+            again = confirm_leaders(kernel, space, lambda n: db.candidate_latencies(wh, th, n), measurer.remeasure,
+                                    cfg.confirm_top, cfg.confirm_measurements)
+        finally:
+            measurer.release()
+        after = db.best(wh, th)
+        if again and before and after:
+            self.progress.note(
+                f"{_label(kernel)}: leaders measured again ({len(again)} measurements): best "
+                f"{before[1] * 1e6:.1f} us -> {after[1] * 1e6:.1f} us (median of each leader's measurements"
+                + (", another candidate)" if after[0] != before[0] else ")"))
 
     def _choose(self, db, graphs, spaces, target_rec, trainer, known=None):
         """The candidate programs, cheapest first (see ``tuner.choose``), their prices and the kernels' choices.
@@ -421,7 +446,8 @@ class TuneRun:
     def _kernel_summary(self, db, k, target_rec, new_trials, choice) -> KernelSummary:
         wh = k.workload.workload_hash
         measured = db.measured_candidates(wh, target_rec.target_hash)
-        default = [m for m in measured.values() if m.status == "ok" and _is_default(m)]
+        default_hash = CandidateRecord(wh, DEFAULT_TRACE_JSON).candidate_hash
+        default = [r for r in db.candidate_latencies(wh, target_rec.target_hash) if r.candidate_hash == default_hash]
         return KernelSummary(
             name=k.name, workload_hash=wh, op_kind=k.workload.op_kind, calls=k.calls, flops=k.workload.flops,
             latency_s=choice.seconds, default_latency_s=default[0].median_s if default else None,
@@ -481,10 +507,6 @@ class TuneRun:
         timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
         return timed, latency, paths[fastest], errors[fastest]
-
-
-def _is_default(record: MeasureRecord) -> bool:
-    return CandidateRecord(record.workload_hash, DEFAULT_TRACE_JSON).candidate_hash == record.candidate_hash
 
 
 def _graph_hash(model_hash: str, term_text: str) -> str:

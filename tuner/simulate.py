@@ -1,9 +1,10 @@
 """Replaying a database's measurements to compare search strategies without hardware.
 
 For every workload of a target, the pool is the set of candidates that were
-measured (a strategy may only pick those): a candidate's outcome is its newest
-measurement, a failure (any status but ``ok``, or any ``wrong_result``) costs a
-trial and is never a best time. A strategy orders the pool batch by batch with
+measured (a strategy may only pick those): a candidate's outcome is its latency
+as the database counts it (the median over its ``ok`` measurements, see
+``database.candidate_latency``); a candidate with no ``ok`` measurement, or any
+``wrong_result``, costs a trial and is never a best time. A strategy orders the pool batch by batch with
 the real search policy (``tuner.search.pick_batch``: the model's top picks plus
 a random exploration share; the untuned default and the leading register-blocked
 seeds first, as in ``tune_kernel``),
@@ -30,7 +31,7 @@ import numpy as np
 import tvm
 from sklearn.model_selection import GroupKFold
 
-from database import CandidateRecord
+from database import CandidateRecord, candidate_latency
 
 from .cost_model import XGBCostModel, featurize
 from .dataset import parse_kernel
@@ -51,7 +52,7 @@ class ReplayPool:
     X : np.ndarray
         float32 [n, d] features.
     latency_s : np.ndarray
-        float64 [n] newest median latency in seconds; ``inf`` for a failed measurement.
+        float64 [n] latency in seconds (median over ``ok`` measurements); ``inf`` for a failed candidate.
     first : list of int
         Indices every strategy measures first, in order, as the search does: the
         untuned default and the kernel's leading register-blocked seeds, those that were measured.
@@ -66,28 +67,30 @@ class ReplayPool:
 def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 2) -> list[ReplayPool]:
     """One ``ReplayPool`` per workload of ``target_hash`` with at least ``min_size`` measured candidates
     and at least one success."""
-    newest: dict[str, dict[str, tuple[str, str, float]]] = defaultdict(dict)
+    traces: dict[str, dict[str, str]] = defaultdict(dict)
+    medians: dict[str, list[float]] = defaultdict(list)
     wrong: set[str] = set()
     for wh, ch, trace, status, median, _ in db.measure_log(target_hash):
-        newest[wh][ch] = (trace, status, median)
+        traces[wh][ch] = trace
+        if status == "ok" and median is not None and np.isfinite(median) and median > 0:
+            medians[ch].append(median)
         if status == "wrong_result":
             wrong.add(ch)
     pools = []
-    for wh, cands in newest.items():
+    for wh, cands in traces.items():
         workload = db.get_workload(wh)
         if workload is None or len(cands) < min_size:
             continue
         space = ScheduleSpace(parse_kernel(workload.script), wh, target)
         leading = [c.record.candidate_hash for c in [space.default(), *space.seeds()[:LEADING_SEEDS]]]
         replayed, lat = [], []
-        for ch, (trace, status, median) in cands.items():
+        for ch, trace in cands.items():
             try:
                 cand = space.replay(CandidateRecord(wh, trace))
             except Exception:  # TVM raises several error types for a trace that no longer applies
                 continue
-            ok = status == "ok" and ch not in wrong and median is not None and np.isfinite(median) and median > 0
             replayed.append(cand)
-            lat.append(median if ok else np.inf)
+            lat.append(candidate_latency(medians[ch]) if medians[ch] and ch not in wrong else np.inf)
         if not np.isfinite(lat).any():
             continue
         X = np.stack([featurize(f, workload) for f in space.features(replayed)])

@@ -70,21 +70,38 @@ def test_best_and_training_rows(seeded, make):
     db.add_measure_results(
         [
             make.measure(c[1], target, status="wrong_result"),
-            make.measure(c[0], target, times=(4e-3, 4e-3)),  # a newer median for c0
+            make.measure(c[0], target, times=(4e-3, 4e-3)),  # c0 measured again
         ]
     )
     best = db.best(workload.workload_hash, target.target_hash)
     assert best == (c[2], 2e-3)
     rows = db.training_rows(target.target_hash)
-    assert {(r.candidate_hash, r.median_s) for r in rows} == {
-        (c[0].candidate_hash, 4e-3),
-        (c[2].candidate_hash, 2e-3),
+    assert {r.candidate_hash: (r.median_s, r.measurements) for r in rows} == {
+        c[0].candidate_hash: (pytest.approx(4.5e-3), 2),  # the median of its two measurements' medians
+        c[2].candidate_hash: (2e-3, 1),
     }
     assert all(r.workload_hash == workload.workload_hash for r in rows)
     assert {r.trace_json for r in rows} == {c[0].trace_json, c[2].trace_json}
     assert db.training_rows(target.target_hash, [workload.workload_hash]) == rows
     assert db.training_rows(target.target_hash, ["other"]) == []
     assert db.best("other", target.target_hash) is None
+
+
+def test_a_candidate_measured_again_counts_with_the_median_of_its_measurements(seeded, make):
+    db, target, workload, c = seeded
+    db.add_measure_results([make.measure(c[0], target, times=(1.0e-3,)), make.measure(c[1], target, times=(2e-3,))])
+    db.add_measure_results([make.measure(c[0], target, times=(1.1e-3,)), make.measure(c[0], target, status="timeout")])
+    db.add_measure_results([make.measure(c[0], target, times=(9e-3,))])  # one unlucky measurement: outvoted
+    wh, th = workload.workload_hash, target.target_hash
+    assert db.best(wh, th) == (c[0], 1.1e-3)
+    assert [(r.candidate_hash, r.median_s, r.measurements) for r in db.candidate_latencies(wh, th)] == [
+        (c[0].candidate_hash, 1.1e-3, 3), (c[1].candidate_hash, 2e-3, 1)]
+    assert [r.candidate_hash for r in db.candidate_latencies(wh, th, limit=1)] == [c[0].candidate_hash]
+    assert {r.candidate_hash: r.median_s for r in db.training_rows(th)} == {
+        c[0].candidate_hash: 1.1e-3, c[1].candidate_hash: 2e-3}
+    db.add_measure_results([make.measure(c[0], target, status="wrong_result")])
+    assert db.best(wh, th) == (c[1], 2e-3)
+    assert db.candidate_latencies("other", th) == [] and db.candidate_latencies(wh, "other") == []
 
 
 def test_training_rows_filter_by_workload(seeded, make):

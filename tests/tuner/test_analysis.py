@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from database import open_database, upgrade
 from measure.roofline import Roofline
 from tuner import analysis as an
 from tuner import analysis_cost_model as acm
@@ -35,7 +36,7 @@ def test_overview_counts_match_the_database(data, tuned_db):
     assert an.targets_table(data).measurements.sum() == n_measure
 
 
-def test_workloads_and_tuning_curves(data):
+def test_workloads_and_tuning_curves(data, tuned_db):
     table = an.workloads_table(data)
     assert len(table) == 2 and (table.best_s > 0).all() and (table.trials >= 1).all()
     assert (table.default_s >= table.best_s).all()  # the untuned default is always measured
@@ -46,8 +47,15 @@ def test_workloads_and_tuning_curves(data):
         best = g.best_s.dropna().to_numpy()
         assert len(best) and (np.diff(best) <= 0).all()
         assert best[-1] == pytest.approx(g.median_s[g.status == "ok"].min())
-    final = curves.groupby("workload_hash").best_s.min().sort_index()
-    assert np.allclose(final.to_numpy(), table.set_index("workload_hash").best_s.sort_index().to_numpy())
+    trials = data.measurements[~data.measurements.confirm]
+    assert trials.groupby("workload_hash").size().sort_index().tolist() == [
+        g.trial.max() for _, g in curves.groupby("workload_hash", sort=True)]  # re-measurements are not trials
+    assert data.measurements.confirm.any(), "the run confirmed its leaders"
+    db = open_database(tuned_db)
+    (target,) = db.targets()
+    best = {wh: db.best(wh, target.target_hash)[1] for wh in table.workload_hash}
+    db.close()
+    assert table.set_index("workload_hash").best_s.to_dict() == pytest.approx(best)  # the tuner's own figure
     sessions = an.session_curves(data)
     assert set(sessions.session_id) == set(data.measurements.session_id)
     for _, g in sessions.groupby("workloads"):
@@ -159,10 +167,12 @@ def test_url_comes_from_the_argument_then_tune_db_then_the_local_file(monkeypatc
         ("mysql://x@y/z", "^unsupported database backend 'mysql'"),
         ("sqlite:///{tmp}/other.db", "is not a tuning database \\(no table measure_result\\)"),
         ("sqlite:///{tmp}/garbage.db", "file is not a database"),
+        ("sqlite:///{tmp}/old.db", "made by an older version of tune: run `tune db upgrade --db sqlite:///"),
     ],
-    ids=["missing-file", "refused", "unknown-backend", "foreign-sqlite", "not-sqlite"],
+    ids=["missing-file", "refused", "unknown-backend", "foreign-sqlite", "not-sqlite", "older-revision"],
 )
 def test_unreadable_databases_fail_with_one_line(tmp_path, url, message):
+    upgrade(f"sqlite:///{tmp_path}/old.db", revision="0002")
     conn = sqlite3.connect(tmp_path / "other.db")
     conn.execute("CREATE TABLE notes (x TEXT)")
     conn.close()

@@ -87,7 +87,14 @@ def test_database_holds_the_run(prefill_runs):
     assert stats["session"] == 2
     assert stats["workload"] >= len(summary["kernels"])
     assert stats["candidate"] >= stats["workload"]
-    assert stats["measure_result"] - second["measured_trials"] == summary["measured_trials"]
+    assert second["measured_trials"] == second["confirm_measurements"] == 0
+    assert summary["confirm_measurements"] > 0
+    assert stats["measure_result"] == summary["measured_trials"] + summary["confirm_measurements"]
+    # each kernel's leaders (up to 3) were measured three times in all
+    db = open_database(f"sqlite:///{work}/tune.db")
+    leaders = [db.candidate_latencies(k["workload_hash"], target.target_hash, 3) for k in summary["kernels"]]
+    db.close()
+    assert all(rows and all(r.measurements == 3 for r in rows) for rows in leaders), leaders
     # after the untuned default, a GEMM's first trial is its first register-blocked seed
     model = load_model("qwen3-tiny", stage="prefill", seq_len=8)
     spaces = [ScheduleSpace(k.func, k.workload.workload_hash, make_target(json.loads(target.target_json)))

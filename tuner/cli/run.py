@@ -33,6 +33,7 @@ def run_command(
     reprice: Annotated[bool, typer.Option("--reprice/--no-reprice", help="After tuning, extract once more with each GEMM-like e-node priced by its tuned kernel, and tune that program too when it is new (off by default for now).")] = False,
     measure_top: Annotated[int, typer.Option("--measure-top", help="Cheapest candidate programs compiled and timed end to end; the fastest is kept.")] = 2,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Candidates measured between cost-model updates.")] = 8,
+    confirm_top: Annotated[int, typer.Option("--confirm-top", help="Fastest candidates per kernel measured twice more once its trials are spent; each counts with its median measurement (0: none).")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
     artifact_dir: Annotated[str, typer.Option("--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
@@ -45,7 +46,7 @@ def run_command(
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
         min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates, reprice=reprice, measure_top=measure_top,
-        batch_size=batch_size, seed=seed, artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait,
+        batch_size=batch_size, confirm_top=confirm_top, seed=seed, artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait,
         retries=retries,
     )
     if tracker is None:
