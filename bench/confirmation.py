@@ -55,7 +55,9 @@ while True:
 def run_seed(tuner: tuning.OurTuner, kernel, trials: int, seed: int, check: int) -> dict:
     """One seed: tune, confirm, check both choices; figures in seconds."""
     wh, th = kernel.workload.workload_hash, tuner.target_rec.target_hash
-    tuner.tune(kernel, trials, tuner.trainer(False), seed=seed)
+    tuner.tune(kernel, trials, tuner.trainer(False), seed=seed, keep=True)
+    if tuner.db.best(wh, th) is None:
+        raise SystemExit(f"seed {seed}: every candidate of {kernel.name} failed")
     single, single_s = tuner.db.best(wh, th)
     space = ScheduleSpace(kernel.func, wh, tuner.target, seed=seed)
     cfg = SearchConfig()
@@ -68,12 +70,13 @@ def run_seed(tuner: tuning.OurTuner, kernel, trials: int, seed: int, check: int)
     finally:
         tuner.measurer.release()
     def ok_medians(records, cand) -> list[float]:
-        return [r.median_s for r in records if r.candidate_hash == cand.candidate_hash and r.status == "ok"]
+        out = [r.median_s for r in records if r.candidate_hash == cand.candidate_hash and r.status == "ok"]
+        return out or [float("nan")]  # every check failed: the figures say so rather than crash
 
     return {"single_s": single_s, "single_check_s": statistics.median(ok_medians(checks, single)),
             "confirmed_s": confirmed_s, "confirmed_check_s": statistics.median(ok_medians(checks, confirmed)),
             # the confirmed choice's re-measurements alone, without the first measurement that made it a leader
-            "confirmed_later_s": statistics.median(ok_medians(taken, confirmed) or [confirmed_s]),
+            "confirmed_later_s": statistics.median(ok_medians(taken, confirmed)),
             "same": confirmed == single, "confirm_measurements": len(taken)}
 
 
@@ -108,6 +111,7 @@ def main() -> None:
     finally:
         if hog is not None:
             hog.kill()
+            hog.wait()
     med = lambda key: statistics.median(key(r) for r in rows)  # noqa: E731
     print(f"{shape.label()} on a packed weight, {args.trials} trials, {len(rows)} seeds"
           + (", beside a memory-bandwidth hog" if hog else "") + ", medians over seeds:")

@@ -148,6 +148,7 @@ class OurTuner:
 
     def _close_db(self, status: str) -> None:
         if self.db is not None:
+            self.measurer.release()
             self.db.finish_session(self.session_id, status)
             self.db.close()
             self.db = None
@@ -167,8 +168,13 @@ class OurTuner:
             raise RuntimeError("no stored cost model for this target to start warm from")
         return ModelTrainer(model)
 
-    def tune(self, kernel: Kernel, trials: int, trainer: ModelTrainer, seed: int = 0) -> list[Trial]:
-        """Tune ``kernel`` with ``trials`` measurements; returns them in the order measured."""
+    def tune(self, kernel: Kernel, trials: int, trainer: ModelTrainer, seed: int = 0, keep: bool = False
+             ) -> list[Trial]:
+        """Tune ``kernel`` with ``trials`` measurements; returns them in the order measured.
+
+        The built libraries of its successful candidates are deleted at the end,
+        or with ``keep`` kept for re-measurements until ``self.measurer.release()``.
+        """
         wh, th = kernel.workload.workload_hash, self.target_rec.target_hash
         self.db.add_workload(kernel.workload)
         space = ScheduleSpace(kernel.func, wh, self.target, seed=seed)
@@ -181,8 +187,12 @@ class OurTuner:
                         if c.record.candidate_hash in by_hash)
             return records
 
-        tune_kernel(kernel, space, self.db.measured_candidates(wh, th), self.db.training_rows(th, [wh]), trainer,
-                    measure, dataclasses.replace(self.search, trials=trials, seed=seed))
+        try:
+            tune_kernel(kernel, space, self.db.measured_candidates(wh, th), self.db.training_rows(th, [wh]), trainer,
+                        measure, dataclasses.replace(self.search, trials=trials, seed=seed))
+        finally:
+            if not keep:
+                self.measurer.release()
         return [Trial(c.trace_json, r.median_s if r.status == "ok" else None) for c, r in done]
 
     def save_model(self, trainer: ModelTrainer) -> int | None:

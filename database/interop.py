@@ -82,7 +82,11 @@ def import_metaschedule(db, directory: str | Path, key: str) -> dict[str, int]:
 
 
 def export_metaschedule(db, directory: str | Path) -> dict[str, int]:
-    """Write every measurement of ``db`` as a MetaSchedule JSON database in ``directory``.
+    """Write every trial of ``db`` as a MetaSchedule JSON database in ``directory``.
+
+    Re-measurements of a kernel's leaders (``MeasureRecord.confirm``) are left
+    out: MetaSchedule keeps one tuning record per trial and would take each as
+    another trial.
 
     Appends to the files when they exist (``JSONDatabase`` semantics). Returns
     counts of ``workloads`` and ``records`` written.
@@ -109,6 +113,8 @@ def export_metaschedule(db, directory: str | Path) -> dict[str, int]:
     for target_rec in db.targets():
         target = make_target(json.loads(target_rec.target_json))
         for record, trace_json in db.measure_results(target_rec.target_hash):
+            if record.confirm:
+                continue
             wh = record.workload_hash
             if wh not in funcs:
                 workload = db.get_workload(wh)

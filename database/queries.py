@@ -10,7 +10,7 @@ import itertools
 import json
 from collections.abc import Iterable
 
-from sqlalchemy import Select, exists, func, select
+from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
@@ -42,8 +42,8 @@ def target_id(conn: Connection, target_hash: str) -> int | None:
 
 
 def _latest_ids(target: int, *, workload_ids: list[int] | None) -> Select:
-    """Ids of the newest measurement (any status) per candidate on a target."""
-    query = select(func.max(MeasureResult.id)).where(MeasureResult.target_id == target)
+    """Ids of the newest trial (any status; re-measurements left out) per candidate on a target."""
+    query = select(func.max(MeasureResult.id)).where(MeasureResult.target_id == target, ~MeasureResult.confirm)
     if workload_ids is not None:
         query = query.join(Candidate, Candidate.id == MeasureResult.candidate_id).where(
             Candidate.workload_id.in_(workload_ids)
@@ -51,30 +51,35 @@ def _latest_ids(target: int, *, workload_ids: list[int] | None) -> Select:
     return query.group_by(MeasureResult.candidate_id)
 
 
-def _never_wrong():
-    """Where-clause: the row's candidate never gave a ``wrong_result`` on the row's target.
+#: Statuses of a re-measurement that rule its candidate out: it ran before and now fails or hangs.
+CONFIRM_FAILURES = ("build_error", "run_error", "timeout", "wrong_result")
+
+
+def _never_failed():
+    """Where-clause: the row's candidate never gave a ``wrong_result`` on the row's target, and
+    no re-measurement of it there (``confirm``) failed with one of :data:`CONFIRM_FAILURES`.
 
     Correlated, so each row costs one probe of the (target, candidate) index
-    instead of a scan of every wrong result on the target.
+    instead of a scan of every failure on the target.
     """
     other = aliased(MeasureResult)
     return ~exists(select(other.id).where(
         other.candidate_id == MeasureResult.candidate_id,
         other.target_id == MeasureResult.target_id,
-        other.status == "wrong_result",
+        or_(other.status == "wrong_result", and_(other.confirm, other.status.in_(CONFIRM_FAILURES))),
     ))
 
 
 def _ok(target: int):
     """Where-clauses of the measurements that count as a candidate's time on a target."""
     return (MeasureResult.target_id == target, MeasureResult.status == "ok",
-            MeasureResult.median_s.is_not(None), _never_wrong())
+            MeasureResult.median_s.is_not(None), _never_failed())
 
 
 def measured_candidates(
     conn: Connection, workload_hash: str, target_hash: str
 ) -> dict[str, MeasureRecord]:
-    """The newest measurement (any status) per candidate of a workload on a target."""
+    """The newest trial (any status; re-measurements of leaders left out) per candidate of a workload on a target."""
     target = target_id(conn, target_hash)
     workload = conn.scalar(select(Workload.id).where(Workload.workload_hash == workload_hash))
     if target is None or workload is None:
@@ -116,8 +121,9 @@ def candidate_latencies(
 ) -> list[TrainingRow]:
     """The candidates of a workload that count on a target, fastest first, at most ``limit``.
 
-    A candidate counts when it has an ``ok`` measurement on the target and never
-    gave a ``wrong_result`` there; its latency is :func:`candidate_latency` over
+    A candidate counts when it has an ``ok`` measurement on the target, never
+    gave a ``wrong_result`` there, and no re-measurement of it failed (see
+    :func:`_never_failed`); its latency is :func:`candidate_latency` over
     its ``ok`` measurements, and ``measurements`` says how many there are. Ties
     go to the candidate recorded first.
     """

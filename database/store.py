@@ -416,7 +416,7 @@ class Database:
         return {h for h, i in ids.items() if i in held}
 
     def measured_candidates(self, workload_hash: str, target_hash: str) -> dict[str, MeasureRecord]:
-        """The newest measurement (any status) per candidate hash, for resuming a search."""
+        """The newest trial (any status; re-measurements of leaders left out) per candidate hash, for resuming a search."""
         with transaction(self._engine, write=False) as conn:
             return queries.measured_candidates(conn, workload_hash, target_hash)
 
@@ -425,7 +425,7 @@ class Database:
 
         A candidate's latency is the median over its ``ok`` measurements' medians
         (see :meth:`candidate_latencies`); a candidate with any ``wrong_result``
-        on this target never counts. None when nothing qualifies.
+        on this target, or a failed re-measurement, never counts. None when nothing qualifies.
         """
         with transaction(self._engine, write=False) as conn:
             return queries.best(conn, workload_hash, target_hash)
@@ -436,8 +436,9 @@ class Database:
 
         Each row's ``median_s`` is the candidate's latency in seconds, the median
         over the medians of its ``ok`` measurements, and ``measurements`` their
-        number; candidates with no ``ok`` measurement, or any ``wrong_result``
-        on this target, are left out.
+        number; candidates with no ``ok`` measurement, any ``wrong_result`` on
+        this target, or a re-measurement that failed to build, failed to run or
+        timed out (it ran before: it is not to be trusted), are left out.
         """
         with transaction(self._engine, write=False) as conn:
             return queries.candidate_latencies(conn, workload_hash, target_hash, limit)

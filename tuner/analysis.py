@@ -225,6 +225,35 @@ def require_measurements(data: TuningData | None, ok: bool = True) -> pd.DataFra
     return m
 
 
+def candidate_latencies(data: TuningData | None) -> pd.DataFrame:
+    """Per candidate, target key and workload: its latency as the tuner counts it (``database.candidate_latency``).
+
+    The median over the medians of its ``ok`` measurements; candidates with a
+    ``wrong_result``, or a re-measurement that failed (``database.queries.CONFIRM_FAILURES``),
+    are left out. Columns: ``workload_hash``, ``key``, ``candidate_hash``, ``is_default``,
+    ``median_s`` (seconds), plus the first measurement's other columns.
+
+    Raises
+    ------
+    AnalysisError
+        When there is no successful measurement.
+    """
+    from database.queries import CONFIRM_FAILURES
+
+    m = require_measurements(data, ok=False)
+    ok = require_measurements(data)
+    ids = ["candidate_hash", "target_hash"]
+    failed = m[(m.status == "wrong_result") | (m.confirm & m.status.isin(CONFIRM_FAILURES))][ids].drop_duplicates()
+    ok = ok.merge(failed.assign(_failed=True), on=ids, how="left")
+    ok = ok[ok._failed.isna()].drop(columns="_failed")
+    if ok.empty:
+        raise AnalysisError(f"{data.url}: every successfully measured candidate failed later")
+    groups = ok.groupby(["workload_hash", "key", "candidate_hash", "target_hash"], sort=False)
+    first = groups.head(1).set_index(["workload_hash", "key", "candidate_hash", "target_hash"])
+    first["median_s"] = groups.median_s.median()
+    return first.reset_index()
+
+
 # -- database overview --------------------------------------------------------
 
 
@@ -277,10 +306,9 @@ def workloads_table(data: TuningData | None) -> pd.DataFrame:
     (``database.candidate_latency``).
     """
     m = require_measurements(data, ok=False)
-    ok = require_measurements(data)
     keys = ["workload_hash", "workload", "op_kind", "key", "flops", "bytes_moved"]
     out = m[~m.confirm].groupby(keys).agg(trials=("id", "count")).reset_index()
-    per = ok.groupby(["workload_hash", "key", "candidate_hash", "is_default"]).median_s.median().reset_index()
+    per = candidate_latencies(data)
     best = per.groupby(["workload_hash", "key"]).median_s.min().rename("best_s")
     default = per[per.is_default].groupby(["workload_hash", "key"]).median_s.min().rename("default_s")
     out = out.join(best, on=["workload_hash", "key"]).join(default, on=["workload_hash", "key"])

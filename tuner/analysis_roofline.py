@@ -15,11 +15,11 @@ import pandas as pd
 
 from measure.roofline import Roofline
 
-from .analysis import AnalysisError, TuningData, require_measurements
+from .analysis import AnalysisError, TuningData, candidate_latencies
 
 
 def roofline_points(data: TuningData | None, roofline: Roofline) -> pd.DataFrame:
-    """Each workload's best successful measurement per device key, placed under the roofline.
+    """Each workload's fastest candidate per device key (its latency as the tuner counts it), under the roofline.
 
     Workloads with no floating-point work (FLOPs = 0: copies, reshapes) have no
     place on a FLOP/s roofline and are left out.
@@ -34,7 +34,7 @@ def roofline_points(data: TuningData | None, roofline: Roofline) -> pd.DataFrame
     AnalysisError
         When no measured workload does floating-point work.
     """
-    ok = require_measurements(data)
+    ok = candidate_latencies(data)
     ok = ok[(ok.flops > 0) & (ok.bytes_moved > 0)]
     if ok.empty:
         raise AnalysisError("no successfully measured workload does floating-point work (FLOPs > 0)")

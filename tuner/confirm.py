@@ -11,7 +11,9 @@ fastest candidates are measured again, interleaved, until each has
 measurements (``database.candidate_latency``), so one lucky or unlucky
 measurement is outvoted. A leader that loses its place to one measured only
 once brings that one into the top, which is then confirmed in turn, up to
-``MAX_STEPS`` times. Re-measurements are not trials: the budget counts distinct
+``MAX_STEPS`` times. A leader whose re-measurement fails to build, fails to
+run, times out or gives a wrong result no longer counts at all
+(``Database.candidate_latencies``), so the next candidate takes its place. Re-measurements are not trials: the budget counts distinct
 candidates, and a rerun of a confirmed kernel measures nothing.
 """
 
@@ -65,5 +67,5 @@ def confirm_leaders(kernel: Kernel, space: ScheduleSpace, leaders: Callable[[int
         records = remeasure(kernel, cands, [measurements - row.measurements for row in short])
         taken += records
         if not any(r.status == "ok" for r in records):
-            break  # the leaders no longer run (a lost worker): choosing among them as measured is all that is left
+            break  # no leader ran (a lost worker): choosing among them as measured is all that is left
     return taken

@@ -107,18 +107,19 @@ class BatchMeasurer:
         self.check_stop()
         wh = kernel.workload.workload_hash
         missing = [c for c in candidates if c.record.candidate_hash not in self._kept]
-        records = []
+        records, built_now = [], {}
         for c, b in zip(missing, self.builder.build([c.mod for c in missing])):
             if b.error is None:
                 self._kept[c.record.candidate_hash] = b
+                built_now[c.record.candidate_hash] = b.build_time_s
             else:
                 records.append(self._build_failure(wh, c, b, confirm=True))
         order = [c for r in range(max(times, default=0)) for c, n in zip(candidates, times)
                  if n > r and c.record.candidate_hash in self._kept]
         runs = self.runner.run([self._kept[c.record.candidate_hash] for c in order], self._reference(kernel))
         self.check_stop()
-        for c, r in zip(order, runs):
-            records += self._run_records(wh, c, r, confirm=True)
+        for c, r in zip(order, runs):  # a rebuild's time goes with its first run
+            records += self._run_records(wh, c, r, built_now.pop(c.record.candidate_hash, 0.0), confirm=True)
         self.db.add_measure_results(records)
         return records
 

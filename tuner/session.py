@@ -36,6 +36,7 @@ from measure import (
     LocalRPC,
     MeasureConfig,
     Runner,
+    TrackerError,
     parse_tracker,
     wait_for_key,
 )
@@ -414,6 +415,9 @@ class TuneRun:
         try:
             again = confirm_leaders(kernel, space, lambda n: db.candidate_latencies(wh, th, n), measurer.remeasure,
                                     cfg.confirm_top, cfg.confirm_measurements)
+        except TrackerError as err:  # the last batch lost the last worker: the choice waits for one at the end
+            self.progress.note(f"{_label(kernel)}: leaders not measured again: {err}")
+            return
         finally:
             measurer.release()
         after = db.best(wh, th)

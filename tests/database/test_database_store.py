@@ -104,6 +104,22 @@ def test_a_candidate_measured_again_counts_with_the_median_of_its_measurements(s
     assert db.candidate_latencies("other", th) == [] and db.candidate_latencies(wh, "other") == []
 
 
+def test_a_failed_re_measurement_rules_a_candidate_out(seeded, make):
+    db, target, workload, c = seeded
+    wh, th = workload.workload_hash, target.target_hash
+    db.add_measure_results([make.measure(c[0], target, times=(1e-3,)), make.measure(c[1], target, times=(2e-3,)),
+                            make.measure(c[2], target, times=(3e-3,))])
+    db.add_measure_results([make.measure(c[0], target, status="timeout", confirm=True),
+                            make.measure(c[1], target, status="worker_lost", confirm=True),  # the worker's fault
+                            make.measure(c[1], target, times=(2.2e-3,), confirm=True)])
+    assert [(r.candidate_hash, r.measurements) for r in db.candidate_latencies(wh, th)] == [
+        (c[1].candidate_hash, 2), (c[2].candidate_hash, 1)]
+    assert db.best(wh, th) == (c[1], pytest.approx(2.1e-3))
+    # resuming a search sees each candidate's newest trial, not its re-measurements
+    assert {h: r.median_s for h, r in db.measured_candidates(wh, th).items()} == {
+        c[0].candidate_hash: 1e-3, c[1].candidate_hash: 2e-3, c[2].candidate_hash: 3e-3}
+
+
 def test_training_rows_filter_by_workload(seeded, make):
     db, target, w1, c = seeded
     w2 = make.workload("w2")

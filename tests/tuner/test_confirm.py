@@ -14,32 +14,53 @@ FIRST = [1.0e-3, 1.2e-3, 1.3e-3, 1.4e-3, 2.0e-3]
 LATER = [1.5e-3, 1.2e-3, 1.3e-3, 1.4e-3, 2.0e-3]
 
 
-def test_leaders_are_measured_again_until_the_top_three_each_have_three_measurements(tmp_path):
-    kernel = node_kernel("matmul", (1, 64), "float32", [(1, 64), (64, 64)])
-    wh = kernel.workload.workload_hash
-    space = ScheduleSpace(kernel.func, wh, make_target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}))
-    cands = [space.default(), *space.sample(8)][:5]
-    assert len({c.record.candidate_hash for c in cands}) == 5
-    index = {c.record.candidate_hash: i for i, c in enumerate(cands)}
-    target = TargetRecord(canonical_json({"kind": "llvm"}), "local")
-    db = open_database(f"sqlite:///{tmp_path}/tune.db")
-    db.add_target(target)
-    db.add_workload(kernel.workload)
-    db.add_candidates([c.record for c in cands])
-    db.add_measure_results([MeasureRecord(c.record.candidate_hash, wh, target.target_hash, "ok", (FIRST[i],) * 3)
-                            for i, c in enumerate(cands)])
-    calls = []
+class _Setup:
+    """A real schedule space and SQLite database holding five candidates measured once (``FIRST``)."""
 
-    def remeasure(k, batch, times):
-        calls.append(([index[c.record.candidate_hash] for c in batch], times))
-        records = [MeasureRecord(c.record.candidate_hash, wh, target.target_hash, "ok",
-                                 (LATER[index[c.record.candidate_hash]],) * 3, confirm=True)
-                   for r in range(max(times)) for c, n in zip(batch, times) if n > r]
-        db.add_measure_results(records)
+    def __init__(self, tmp_path, failing: set[int] = frozenset()):
+        self.kernel = node_kernel("matmul", (1, 64), "float32", [(1, 64), (64, 64)])
+        self.wh = wh = self.kernel.workload.workload_hash
+        target = make_target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+        self.space = ScheduleSpace(self.kernel.func, wh, target)
+        cands = [self.space.default(), *self.space.sample(8)][:5]
+        assert len({c.record.candidate_hash for c in cands}) == 5
+        self.index = {c.record.candidate_hash: i for i, c in enumerate(cands)}
+        self.target = TargetRecord(canonical_json({"kind": "llvm"}), "local")
+        self.db = db = open_database(f"sqlite:///{tmp_path}/tune.db")
+        db.add_target(self.target)
+        db.add_workload(self.kernel.workload)
+        db.add_candidates([c.record for c in cands])
+        db.add_measure_results([MeasureRecord(c.record.candidate_hash, wh, self.target.target_hash, "ok",
+                                              (FIRST[i],) * 3) for i, c in enumerate(cands)])
+        self.failing, self.calls = failing, []
+
+    def remeasure(self, k, batch, times):
+        """Records ``LATER`` for each candidate, or a run error for those in ``failing``."""
+        self.calls.append(([self.index[c.record.candidate_hash] for c in batch], times))
+        records = []
+        for r in range(max(times)):
+            for c, n in zip(batch, times):
+                i = self.index[c.record.candidate_hash]
+                if n > r:
+                    records.append(MeasureRecord(c.record.candidate_hash, self.wh, self.target.target_hash, "run_error",
+                                                 error="crashed", confirm=True) if i in self.failing else
+                                   MeasureRecord(c.record.candidate_hash, self.wh, self.target.target_hash, "ok",
+                                                 (LATER[i],) * 3, confirm=True))
+        self.db.add_measure_results(records)
         return records
 
-    def leaders(n):
-        return db.candidate_latencies(wh, target.target_hash, n)
+    def leaders(self, n):
+        return self.db.candidate_latencies(self.wh, self.target.target_hash, n)
+
+    def confirm(self, top=3):
+        return confirm_leaders(self.kernel, self.space, self.leaders, self.remeasure, top=top, measurements=3)
+
+
+def test_leaders_are_measured_again_until_the_top_three_each_have_three_measurements(tmp_path):
+    s = _Setup(tmp_path)
+    kernel, space, leaders, remeasure, calls, index, db = (s.kernel, s.space, s.leaders, s.remeasure, s.calls,
+                                                           s.index, s.db)
+    wh, target = s.wh, s.target
 
     taken = confirm_leaders(kernel, space, leaders, remeasure, top=3, measurements=3)
     # candidate 0 drops to 1.5 ms (median of 1.0, 1.5, 1.5), so candidate 3 enters the top three and is confirmed too
@@ -52,3 +73,14 @@ def test_leaders_are_measured_again_until_the_top_three_each_have_three_measurem
     assert confirm_leaders(kernel, space, leaders, remeasure, top=0, measurements=3) == []
     assert len(calls) == 2
     db.close()
+
+
+def test_a_leader_whose_re_measurement_fails_gives_its_place_to_the_next(tmp_path):
+    s = _Setup(tmp_path, failing={1})
+    s.confirm()
+    # 1 fails and no longer counts; 0 falls to 1.5 ms: 3 takes 1's place and is confirmed in turn
+    assert s.calls == [([0, 1, 2], [2, 2, 2]), ([3], [2])]
+    assert [(s.index[r.candidate_hash], r.measurements) for r in s.leaders(3)] == [(2, 3), (3, 3), (0, 3)]
+    assert s.db.best(s.wh, s.target.target_hash)[1] == 1.3e-3
+    assert s.confirm() == [] and len(s.calls) == 2  # a rerun: nothing, the failed leader is not asked again
+    s.db.close()
