@@ -56,9 +56,10 @@ def run_seed(tuner: tuning.OurTuner, kernel, trials: int, seed: int, check: int)
     """One seed: tune, confirm, check both choices; figures in seconds."""
     wh, th = kernel.workload.workload_hash, tuner.target_rec.target_hash
     tuner.tune(kernel, trials, tuner.trainer(False), seed=seed, keep=True)
-    if tuner.db.best(wh, th) is None:
+    first = tuner.db.best(wh, th)
+    if first is None:
         raise SystemExit(f"seed {seed}: every candidate of {kernel.name} failed")
-    single, single_s = tuner.db.best(wh, th)
+    single, single_s = first
     space = ScheduleSpace(kernel.func, wh, tuner.target, seed=seed)
     cfg = SearchConfig()
     try:
@@ -69,6 +70,7 @@ def run_seed(tuner: tuning.OurTuner, kernel, trials: int, seed: int, check: int)
         checks = tuner.measurer.remeasure(kernel, choices, [check] * len(choices))
     finally:
         tuner.measurer.release()
+
     def ok_medians(records, cand) -> list[float]:
         out = [r.median_s for r in records if r.candidate_hash == cand.candidate_hash and r.status == "ok"]
         return out or [float("nan")]  # every check failed: the figures say so rather than crash

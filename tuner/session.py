@@ -20,7 +20,6 @@ from database import (
     CandidateRecord,
     GraphCandidateRecord,
     Heartbeat,
-    MeasureRecord,
     TargetRecord,
     open_database,
     stale_after_s,
@@ -52,8 +51,8 @@ from .compile import (
     run_on_worker,
     verify,
 )
-from .kernels import Kernel, kernels_of, lower_to_kernels
 from .confirm import confirm_leaders
+from .kernels import Kernel, kernels_of, lower_to_kernels
 from .measuring import BatchMeasurer
 from .model_store import load_warm_model, save_model
 from .node_prices import KernelNodeCost, calibrated_roofline
