@@ -11,8 +11,9 @@ database and worker:
 - the *single* choice is the candidate with the fastest first measurement (what
   the tuner kept before its leaders were confirmed), and its figure that measurement;
 - the leaders are confirmed (:func:`tuner.confirm.confirm_leaders`, the
-  product's defaults: the 3 fastest, 3 measurements each); the *confirmed* choice
-  is then the fastest by the median of its measurements, and its figure that median;
+  product's defaults: the 3 fastest within 1.25x of the fastest, 3 measurements
+  each); the *confirmed* choice is then the fastest by the median of its
+  measurements, and its figure that median;
 - both choices are measured ``--check`` more times, interleaved: the check.
 
 Printed per seed and as medians over seeds: each choice's figure divided by

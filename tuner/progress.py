@@ -53,7 +53,7 @@ class Progress:
         if self.quiet:
             return
         perf = f"{best_gflops:8.2f} GFLOP/s" if best_gflops is not None else "       - GFLOP/s"
-        lat = f"{best_s * 1e6:10.1f} us" if best_s is not None else "         - us"
+        lat = f"{best_s * 1e6:10.4g} us" if best_s is not None else "         - us"
         self.console.print(
             f"[{self._done:>5}/{self._total}] {workload[:48]:<48} best {perf} {lat}  trials {done}/{total}",
             soft_wrap=True,

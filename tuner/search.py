@@ -60,7 +60,8 @@ class SearchConfig:
     seed : int
         Seed of the sampler and of the exploration draw.
     confirm_top : int
-        Fastest candidates measured again once the budget is spent (0: none; see :mod:`tuner.confirm`).
+        Fastest candidates measured again once the budget is spent, those within
+        ``tuner.confirm.MARGIN`` of the fastest (0: none; see :mod:`tuner.confirm`).
     confirm_measurements : int
         Measurements each of those ends with; its latency is their median.
     """

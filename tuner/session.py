@@ -423,7 +423,7 @@ class TuneRun:
         if again and before and after:
             self.progress.note(
                 f"{_label(kernel)}: leaders measured again ({len(again)} measurements): best "
-                f"{before[1] * 1e6:.1f} us -> {after[1] * 1e6:.1f} us (median of each leader's measurements"
+                f"{before[1] * 1e6:.4g} us -> {after[1] * 1e6:.4g} us (median of each leader's measurements"
                 + (", another candidate)" if after[0] != before[0] else ")"))
 
     def _choose(self, db, graphs, spaces, target_rec, trainer, known=None):
