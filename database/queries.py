@@ -148,6 +148,18 @@ def candidate_latencies(
             for latency, cid in order]
 
 
+def candidate_traces(conn: Connection, workload_hash: str, candidate_hashes: list[str]) -> dict[str, str]:
+    """Trace JSON of each of ``candidate_hashes`` that is a recorded candidate of the workload."""
+    out: dict[str, str] = {}
+    for part in chunks(sorted(set(candidate_hashes))):
+        rows = conn.execute(
+            select(Candidate.candidate_hash, Candidate.trace_json)
+            .join(Workload, Workload.id == Candidate.workload_id)
+            .where(Workload.workload_hash == workload_hash, Candidate.candidate_hash.in_(part)))
+        out.update((candidate_hash, trace) for candidate_hash, trace in rows)
+    return out
+
+
 def best(
     conn: Connection, workload_hash: str, target_hash: str
 ) -> tuple[CandidateRecord, float] | None:

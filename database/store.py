@@ -420,6 +420,11 @@ class Database:
         with transaction(self._engine, write=False) as conn:
             return queries.measured_candidates(conn, workload_hash, target_hash)
 
+    def candidate_traces(self, workload_hash: str, candidate_hashes: list[str]) -> dict[str, str]:
+        """Trace JSON per candidate hash, for those of ``candidate_hashes`` recorded under the workload."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.candidate_traces(conn, workload_hash, candidate_hashes)
+
     def best(self, workload_hash: str, target_hash: str) -> tuple[CandidateRecord, float] | None:
         """The fastest candidate of a workload on a target and its latency in seconds.
 

@@ -20,7 +20,9 @@ a kernel into the same loop nest (a split the simplifier undoes, a mutation of
 a decision that changes nothing), so a candidate whose scheduled program
 (``ScheduleCandidate.program_hash``) is already measured, queued or pooled is
 dropped. Without this, a Qwen3-1.7B decode layer tuned at 16 trials per kernel
-spent 26 of its 386 measurements on programs it had already measured.
+spent 26 of its 386 measurements on programs it had already measured. A resumed
+search knows the programs of the candidates measured before, those that failed
+included (the session passes them as ``discounted``).
 """
 
 from __future__ import annotations
@@ -148,13 +150,16 @@ def tune_kernel(
     measure: MeasureFn,
     config: SearchConfig,
     on_batch: Callable[[Kernel, list[MeasureRecord]], None] = lambda k, r: None,
+    discounted: list[CandidateRecord] = (),
 ) -> KernelOutcome:
     """Spend what is left of the workload's budget; returns why the search stopped.
 
     ``measured`` maps candidate hashes already measured on this target (from the
     database) to their latest result; it is updated in place. ``history`` holds the
     workload's successful measurements on this target (from the database), which
-    the cost model learns before the first batch.
+    the cost model learns before the first batch. ``discounted`` holds the
+    candidates measured before that do not count (failed, timed out, wrong
+    result): their programs are not measured again under another trace.
 
     ``measure`` may return records for only part of a batch (candidates another
     live session has claimed are skipped); a skipped candidate leaves the pool
@@ -176,7 +181,8 @@ def tune_kernel(
         return KernelOutcome(kernel.workload.workload_hash, "no_budget", before, 0)
     if left <= 0:
         return KernelOutcome(kernel.workload.workload_hash, "already_tuned", before, 0)
-    programs = {c.program_hash for c in seen.values()}  # programs measured or waiting in the queue or pool
+    # programs measured (those that failed too) or waiting in the queue or pool
+    programs = {c.program_hash for c in seen.values()} | _programs(space, discounted)
 
     def new_programs(cands: list[ScheduleCandidate], limit: int | None = None) -> list[ScheduleCandidate]:
         out = []
@@ -219,6 +225,17 @@ def tune_kernel(
             parents = _fastest({h: c for h, c in seen.items() if space.mutable(c)}, measured, config.parents)
             pool += new_programs(space.mutate(parents, config.pool_factor * config.batch_size))
     return KernelOutcome(kernel.workload.workload_hash, stop, before, len(measured) - before)
+
+
+def _programs(space: ScheduleSpace, records: list[CandidateRecord]) -> set[str]:
+    """Program hashes of the records' schedules (a trace that no longer replays is left out)."""
+    out = set()
+    for record in records:
+        try:
+            out.add(space.replay(record).program_hash)
+        except Exception:  # TVM raises several error types for a trace that no longer applies
+            continue
+    return out
 
 
 def _fastest(seen: dict[str, ScheduleCandidate], measured: dict[str, MeasureRecord], n: int

@@ -397,8 +397,11 @@ class TuneRun:
             self.progress.batch(_label(k), len(db.measured_candidates(wh, target_rec.target_hash)), self.opts.trials,
                                 gflops, best[1] if best else None, len(results))
 
+        counted = {row.candidate_hash for row in history}
+        discounted = [CandidateRecord(wh, trace) for trace in
+                      db.candidate_traces(wh, [h for h in measured if h not in counted]).values()]
         outcome = tune_kernel(kernel, space, measured, history, trainer, measurer.measure, self.search_config,
-                              on_batch)
+                              on_batch, discounted)
         if self.opts.trials:
             self._confirm(db, kernel, space, target_rec, measurer)
         if self.opts.trials and measured and db.best(wh, target_rec.target_hash) is None:

@@ -146,6 +146,17 @@ def test_resume_sees_latest_of_any_status(seeded, make):
     assert db.session_trials(session) == 2
 
 
+def test_candidate_traces_of_a_workload(seeded, make):
+    db, _, workload, c = seeded
+    other = make.workload("w2")
+    db.add_workload(other)
+    db.add_candidates([make.candidate(other, 7)])
+    hashes = [c[0].candidate_hash, c[2].candidate_hash, make.candidate(other, 7).candidate_hash, "unknown"]
+    traces = db.candidate_traces(workload.workload_hash, hashes)
+    assert traces == {c[0].candidate_hash: c[0].trace_json, c[2].candidate_hash: c[2].trace_json}
+    assert db.candidate_traces(workload.workload_hash, []) == {}
+
+
 def test_target_isolation(seeded, make):
     db, cpu, workload, c = seeded
     gpu = make.target("cuda", key="h200")

@@ -45,3 +45,50 @@ def test_the_search_never_measures_one_program_twice():
     programs = [c.program_hash for c in measured]
     assert len(programs) == len(set(programs)), "no program measured twice"
     assert len(measured) == 40 and outcome.stop_reason == "budget"
+
+
+class _OneSampleSpace(ScheduleSpace):
+    """The real schedule space offering one fixed sample and no seeds or mutants."""
+
+    def __init__(self, *args, offer, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.offer = offer
+
+    def seeds(self):
+        return []
+
+    def sample(self, n):
+        return [self.offer]
+
+    def mutate(self, parents, n):
+        return []
+
+
+def test_a_resumed_search_does_not_measure_a_failed_program_again_under_another_trace():
+    kernel = node_kernel("matmul", (1, 64), "float32", [(1, 64), (64, 64)])
+    wh = kernel.workload.workload_hash
+    target = make_target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    space = ScheduleSpace(kernel.func, wh, target)
+    by_program: dict = {}
+    sampled = space.sample(16)
+    for c in sampled + space.mutate([c for c in sampled if space.mutable(c)], 64):
+        by_program.setdefault(c.program_hash, {})[c.record.candidate_hash] = c
+    pair = next((list(cs.values())[:2] for cs in by_program.values() if len(cs) > 1), None)
+    assert pair, "premise: the space offers one program under two traces"
+    failed, twin = pair
+    space = _OneSampleSpace(kernel.func, wh, target, offer=twin)
+    sent: list = []
+
+    def measure(k, batch):
+        sent.extend(c.record.candidate_hash for c in batch)
+        return [MeasureRecord(c.record.candidate_hash, wh, "t", "ok", (1e-4,) * 3) for c in batch]
+
+    before = {failed.record.candidate_hash: MeasureRecord(failed.record.candidate_hash, wh, "t", "build_error",
+                                                          error="x")}
+    tune_kernel(kernel, space, dict(before), [], ModelTrainer(), measure, SearchConfig(trials=8))
+    assert twin.record.candidate_hash in sent, "premise: without knowing the failed program, its twin is measured"
+    sent.clear()
+    outcome = tune_kernel(kernel, space, dict(before), [], ModelTrainer(), measure, SearchConfig(trials=8),
+                          discounted=[failed.record])
+    assert twin.record.candidate_hash not in sent
+    assert space.default().record.candidate_hash in sent and outcome.stop_reason == "space_exhausted"

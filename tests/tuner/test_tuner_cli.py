@@ -79,6 +79,14 @@ def test_every_candidate_failing_names_the_workload(tmp_path):
     assert con.execute("select status from session").fetchall() == [("failed",)]
     statuses = con.execute("select status from measure_result").fetchall()
     assert statuses and all(s == ("timeout",) for s in statuses)
+    # a rerun with a larger budget resumes past the failed candidates (their programs known) and fails alike
+    proc = tune("run", "qwen3-tiny", "--seq-len", "8", "--trials", "2", "--candidates", "1", "--timeout", "0.01",
+                "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, "every candidate of workload", "timeout")
+    assert con.execute("select status from session").fetchall() == [("failed",), ("failed",)]
+    again = con.execute("select c.candidate_hash, count(*) from measure_result m join candidate c "
+                        "on c.id = m.candidate_id group by c.id").fetchall()
+    assert len(again) > len(statuses) and all(n == 1 for _, n in again)
 
 
 def test_batch_size_must_be_positive(tmp_path):
