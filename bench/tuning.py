@@ -32,7 +32,7 @@ from tuner.kernels import Kernel
 from tuner.measuring import BatchMeasurer
 from tuner.model_store import load_warm_model, save_model
 from tuner.node_prices import node_kernel
-from tuner.search import ModelTrainer, SearchConfig, tune_kernel
+from tuner.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
 from tuner.space import ScheduleSpace
 
 from .common import median_time, variants_for
@@ -188,8 +188,9 @@ class OurTuner:
             return records
 
         try:
-            tune_kernel(kernel, space, self.db.measured_candidates(wh, th), self.db.training_rows(th, [wh]), trainer,
-                        measure, dataclasses.replace(self.search, trials=trials, seed=seed))
+            measured, history, discounted = resume_state(self.db, wh, th)
+            tune_kernel(kernel, space, measured, history, trainer, measure,
+                        dataclasses.replace(self.search, trials=trials, seed=seed), discounted=discounted)
         finally:
             if not keep:
                 self.measurer.release()

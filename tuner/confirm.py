@@ -6,27 +6,31 @@ program (the winner's curse): in a Qwen3-1.7B decode layer tuned at 16 trials
 per kernel, the same program measured twice seconds apart differed by a median
 of 14.5% and up to 1.85x, and a run that measured nothing (``--trials 0``) beat
 the tuned runs end to end. So once a kernel's budget is spent, its ``top``
-fastest candidates are measured again, interleaved, until each has
-``measurements`` measurements; a candidate's latency is the median over its
-measurements (``database.candidate_latency``), so one lucky or unlucky
-measurement is outvoted. A leader that loses its place to one measured only
-once brings that one into the top, which is then confirmed in turn, up to
-``MAX_STEPS`` times. A leader whose re-measurement fails to build, fails to
-run, times out or gives a wrong result no longer counts at all
-(``Database.candidate_latencies``), so the next candidate takes its place.
-Re-measurements are not trials: the budget counts distinct candidates, and a
-rerun of a confirmed kernel measures nothing.
+fastest candidates within ``MARGIN`` of the fastest (below) are measured
+again, interleaved, until each has ``measurements`` measurements; a
+candidate's latency is the median over its measurements
+(``database.candidate_latency``), so one lucky or unlucky measurement is
+outvoted. A leader that loses its place brings the next candidate into the
+top, which is confirmed in turn when it is within the margin, for at most
+``top + MAX_STEPS`` rounds. A leader whose re-measurement fails to build,
+fails to run, times out or gives a wrong result no longer counts at all
+(``Database.candidate_latencies``), so the next candidate takes its place;
+only a round in which no leader ran at all (its worker lost) ends the
+confirmation early. Re-measurements are not trials: the budget counts
+distinct candidates, and a rerun of a confirmed kernel measures nothing.
 
-Only leaders within ``MARGIN`` of the fastest are measured again: the fastest
-itself always (its figure is the one the winner's curse inflates), and the
-others only while they are close enough for noise to reorder them. A leader
-twice as slow as the fastest is not the faster program by luck of one
-measurement, and measuring it again only costs time. In ``tune run qwen3-tiny
---stage prefill --seq-len 8 --trials 2`` (50 workloads, the untuned default
-one of each kernel's two candidates), the margin halved the re-measurements,
-200 to 100, and the run took 105 s instead of 139 s. When a confirmed fastest
-falls back, the margin moves with the new fastest, so a close runner-up is
-confirmed in the next round.
+The margin: the fastest is always measured again (its figure is the one the
+winner's curse inflates), the other leaders only while they are within
+``MARGIN`` (1.25x, about twice the median difference above) of the fastest.
+A leader further behind is left as measured: it would need a worse than
+usual measurement to hide a faster program, and measuring it only costs time.
+When the fastest falls back on re-measurement, the margin moves with the new
+fastest, so a leader that an unlucky fastest had left outside it is confirmed
+in the next round; what the margin can miss is a program whose own single
+measurement was more than 1.25x too slow. In ``tune run qwen3-tiny --stage
+prefill --seq-len 8 --trials 2`` (50 workloads, the untuned default one of
+each kernel's two candidates), the margin halved the re-measurements, 200 to
+100, and the run took 105 s instead of 139 s.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from database import CandidateRecord, MeasureRecord, TrainingRow
 from .kernels import Kernel
 from .space import ScheduleSpace
 
-#: Most rounds of re-measurement per kernel (each confirms at least one leader or stops).
+#: Rounds of re-measurement per kernel beyond ``top`` (each round confirms at least one leader,
+#: and a round that confirms a single one is common once the margin leaves the others out).
 MAX_STEPS = 4
 #: A leader is confirmed while its latency is at most this many times the fastest's (the
 #: same program measured twice on a shared machine differed by a median of 14.5%).
@@ -78,14 +83,15 @@ def confirm_leaders(kernel: Kernel, space: ScheduleSpace, leaders: Callable[[int
     taken: list[MeasureRecord] = []
     if top <= 0 or measurements <= 1:
         return taken
-    for _ in range(MAX_STEPS):
+    for _ in range(top + MAX_STEPS):
         rows = leaders(top)
-        short = [row for row in rows if row.measurements < measurements and row.median_s <= margin * rows[0].median_s]
+        short = [row for i, row in enumerate(rows) if row.measurements < measurements
+                 and (i == 0 or row.median_s <= margin * rows[0].median_s)]
         if not short:
             break
         cands = [space.replay(CandidateRecord(kernel.workload.workload_hash, row.trace_json)) for row in short]
         records = remeasure(kernel, cands, [measurements - row.measurements for row in short])
         taken += records
-        if not any(r.status == "ok" for r in records):
-            break  # no leader ran (a lost worker): choosing among them as measured is all that is left
+        if all(r.status == "worker_lost" for r in records):
+            break  # no leader ran: choosing among them as measured is all that is left
     return taken

@@ -11,6 +11,13 @@ import sys
 from rich.console import Console
 
 
+def fmt_us(seconds: float) -> str:
+    """A latency in seconds as microseconds, without the unit: 4 significant figures below 10 ms
+    (a kernel of tens of nanoseconds reads 0.03125, not 0.0), whole microseconds above."""
+    us = seconds * 1e6
+    return f"{us:.4g}" if abs(us) < 1e4 else f"{us:.0f}"
+
+
 class Progress:
     """Progress display on standard error.
 
@@ -53,7 +60,7 @@ class Progress:
         if self.quiet:
             return
         perf = f"{best_gflops:8.2f} GFLOP/s" if best_gflops is not None else "       - GFLOP/s"
-        lat = f"{best_s * 1e6:10.4g} us" if best_s is not None else "         - us"
+        lat = f"{fmt_us(best_s):>10} us" if best_s is not None else "         - us"
         self.console.print(
             f"[{self._done:>5}/{self._total}] {workload[:48]:<48} best {perf} {lat}  trials {done}/{total}",
             soft_wrap=True,

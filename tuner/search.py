@@ -28,7 +28,7 @@ included (the session passes them as ``discounted``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,6 +141,17 @@ class ModelTrainer:
 MeasureFn = Callable[[Kernel, list[ScheduleCandidate]], list[MeasureRecord]]
 
 
+def resume_state(db, workload_hash: str, target_hash: str
+                 ) -> tuple[dict[str, MeasureRecord], list[TrainingRow], list[CandidateRecord]]:
+    """Where a search of a workload on a target resumes from: ``measured``, ``history`` and
+    ``discounted`` for :func:`tune_kernel`, read from ``db`` (a ``database.Database``)."""
+    measured = db.measured_candidates(workload_hash, target_hash)
+    history = db.training_rows(target_hash, [workload_hash])
+    counted = {row.candidate_hash for row in history}
+    traces = db.candidate_traces(workload_hash, [h for h in measured if h not in counted])
+    return measured, history, [CandidateRecord(workload_hash, trace) for trace in traces.values()]
+
+
 def tune_kernel(
     kernel: Kernel,
     space: ScheduleSpace,
@@ -150,7 +161,7 @@ def tune_kernel(
     measure: MeasureFn,
     config: SearchConfig,
     on_batch: Callable[[Kernel, list[MeasureRecord]], None] = lambda k, r: None,
-    discounted: list[CandidateRecord] = (),
+    discounted: Sequence[CandidateRecord] = (),
 ) -> KernelOutcome:
     """Spend what is left of the workload's budget; returns why the search stopped.
 
@@ -160,6 +171,7 @@ def tune_kernel(
     the cost model learns before the first batch. ``discounted`` holds the
     candidates measured before that do not count (failed, timed out, wrong
     result): their programs are not measured again under another trace.
+    :func:`resume_state` reads all three from a database.
 
     ``measure`` may return records for only part of a batch (candidates another
     live session has claimed are skipped); a skipped candidate leaves the pool
@@ -182,7 +194,7 @@ def tune_kernel(
     if left <= 0:
         return KernelOutcome(kernel.workload.workload_hash, "already_tuned", before, 0)
     # programs measured (those that failed too) or waiting in the queue or pool
-    programs = {c.program_hash for c in seen.values()} | _programs(space, discounted)
+    programs = {c.program_hash for c in seen.values()} | {space.replay(r).program_hash for r in discounted}
 
     def new_programs(cands: list[ScheduleCandidate], limit: int | None = None) -> list[ScheduleCandidate]:
         out = []
@@ -225,17 +237,6 @@ def tune_kernel(
             parents = _fastest({h: c for h, c in seen.items() if space.mutable(c)}, measured, config.parents)
             pool += new_programs(space.mutate(parents, config.pool_factor * config.batch_size))
     return KernelOutcome(kernel.workload.workload_hash, stop, before, len(measured) - before)
-
-
-def _programs(space: ScheduleSpace, records: list[CandidateRecord]) -> set[str]:
-    """Program hashes of the records' schedules (a trace that no longer replays is left out)."""
-    out = set()
-    for record in records:
-        try:
-            out.add(space.replay(record).program_hash)
-        except Exception:  # TVM raises several error types for a trace that no longer applies
-            continue
-    return out
 
 
 def _fastest(seen: dict[str, ScheduleCandidate], measured: dict[str, MeasureRecord], n: int

@@ -57,9 +57,9 @@ from .measuring import BatchMeasurer
 from .model_store import load_warm_model, save_model
 from .node_prices import KernelNodeCost, calibrated_roofline
 from .options import RunOptions, TuneError
-from .progress import Progress
+from .progress import Progress, fmt_us
 from .roofline_model import RooflineCostModel
-from .search import ModelTrainer, SearchConfig, tune_kernel
+from .search import ModelTrainer, SearchConfig, resume_state, tune_kernel
 from .space import ScheduleSpace
 
 
@@ -388,8 +388,7 @@ class TuneRun:
 
     def _tune_workload(self, db, kernel, space, target_rec, trainer, measurer):
         wh = kernel.workload.workload_hash
-        measured = db.measured_candidates(wh, target_rec.target_hash)
-        history = db.training_rows(target_rec.target_hash, [wh])
+        measured, history, discounted = resume_state(db, wh, target_rec.target_hash)
 
         def on_batch(k: Kernel, results) -> None:
             best = db.best(wh, target_rec.target_hash)
@@ -397,9 +396,6 @@ class TuneRun:
             self.progress.batch(_label(k), len(db.measured_candidates(wh, target_rec.target_hash)), self.opts.trials,
                                 gflops, best[1] if best else None, len(results))
 
-        counted = {row.candidate_hash for row in history}
-        discounted = [CandidateRecord(wh, trace) for trace in
-                      db.candidate_traces(wh, [h for h in measured if h not in counted]).values()]
         outcome = tune_kernel(kernel, space, measured, history, trainer, measurer.measure, self.search_config,
                               on_batch, discounted)
         if self.opts.trials:
@@ -426,7 +422,7 @@ class TuneRun:
         if again and before and after:
             self.progress.note(
                 f"{_label(kernel)}: leaders measured again ({len(again)} measurements): best "
-                f"{before[1] * 1e6:.4g} us -> {after[1] * 1e6:.4g} us (median of each leader's measurements"
+                f"{fmt_us(before[1])} us -> {fmt_us(after[1])} us (median of each leader's measurements"
                 + (", another candidate)" if after[0] != before[0] else ")"))
 
     def _choose(self, db, graphs, spaces, target_rec, trainer, known=None):

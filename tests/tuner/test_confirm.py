@@ -15,9 +15,9 @@ LATER = [1.5e-3, 1.2e-3, 1.3e-3, 1.4e-3, 2.0e-3]
 
 
 class _Setup:
-    """A real schedule space and SQLite database holding five candidates measured once (``FIRST``)."""
+    """A real schedule space and SQLite database holding five candidates measured once (``first``)."""
 
-    def __init__(self, tmp_path, failing: set[int] = frozenset()):
+    def __init__(self, tmp_path, failing: set[int] = frozenset(), first=FIRST, later=LATER):
         self.kernel = node_kernel("matmul", (1, 64), "float32", [(1, 64), (64, 64)])
         self.wh = wh = self.kernel.workload.workload_hash
         target = make_target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
@@ -31,11 +31,11 @@ class _Setup:
         db.add_workload(self.kernel.workload)
         db.add_candidates([c.record for c in cands])
         db.add_measure_results([MeasureRecord(c.record.candidate_hash, wh, self.target.target_hash, "ok",
-                                              (FIRST[i],) * 3) for i, c in enumerate(cands)])
-        self.failing, self.calls = failing, []
+                                              (first[i],) * 3) for i, c in enumerate(cands)])
+        self.failing, self.later, self.calls = failing, later, []
 
     def remeasure(self, k, batch, times):
-        """Records ``LATER`` for each candidate, or a run error for those in ``failing``."""
+        """Records ``later`` for each candidate, or a run error for those in ``failing``."""
         self.calls.append(([self.index[c.record.candidate_hash] for c in batch], times))
         records = []
         for r in range(max(times)):
@@ -45,7 +45,7 @@ class _Setup:
                     records.append(MeasureRecord(c.record.candidate_hash, self.wh, self.target.target_hash, "run_error",
                                                  error="crashed", confirm=True) if i in self.failing else
                                    MeasureRecord(c.record.candidate_hash, self.wh, self.target.target_hash, "ok",
-                                                 (LATER[i],) * 3, confirm=True))
+                                                 (self.later[i],) * 3, confirm=True))
         self.db.add_measure_results(records)
         return records
 
@@ -93,4 +93,23 @@ def test_a_leader_far_behind_the_fastest_is_not_measured_again(tmp_path):
     # 4 (2.0 ms) stays over 1.25 times the fastest (1.2 ms once 0 falls back): measured once, as it was
     assert s.calls == [([0, 1], [2, 2]), ([2, 3], [2, 2])]
     assert {s.index[r.candidate_hash]: r.measurements for r in s.leaders(5)} == {0: 3, 1: 3, 2: 3, 3: 3, 4: 1}
+    s.db.close()
+
+
+def test_when_the_fastest_alone_is_confirmed_and_fails_the_next_leaders_are_confirmed(tmp_path):
+    s = _Setup(tmp_path, failing={0}, first=[1.0e-3, 1.3e-3, 1.4e-3, 1.5e-3, 2.0e-3],
+               later=[1.0e-3, 1.3e-3, 1.4e-3, 1.5e-3, 2.0e-3])
+    s.confirm()
+    # 0 alone is within 1.25x of itself; its run error rules it out, and 1.3 ms becomes the fastest
+    assert s.calls == [([0], [2]), ([1, 2, 3], [2, 2, 2])]
+    assert s.db.best(s.wh, s.target.target_hash)[1] == 1.3e-3
+    s.db.close()
+
+
+def test_leaders_confirmed_one_per_round_still_end_with_a_confirmed_fastest(tmp_path):
+    s = _Setup(tmp_path, first=[1.0e-3, 1.3e-3, 1.7e-3, 2.2e-3, 2.9e-3], later=[5.0e-3] * 5)
+    s.confirm()
+    # every first measurement was lucky: each round confirms one leader, which falls behind the next
+    assert s.calls == [([i], [2]) for i in range(5)]
+    assert all(r.measurements == 3 for r in s.leaders(3))
     s.db.close()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from database import MeasureRecord
+from database import MeasureRecord, TargetRecord, canonical_json, open_database
 from measure.tvmapi import make_target
 from tuner.node_prices import node_kernel
-from tuner.search import ModelTrainer, SearchConfig, tune_kernel
+from tuner.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
 from tuner.space import ScheduleSpace
 
 
@@ -64,7 +64,7 @@ class _OneSampleSpace(ScheduleSpace):
         return []
 
 
-def test_a_resumed_search_does_not_measure_a_failed_program_again_under_another_trace():
+def test_a_resumed_search_does_not_measure_a_failed_program_again_under_another_trace(tmp_path):
     kernel = node_kernel("matmul", (1, 64), "float32", [(1, 64), (64, 64)])
     wh = kernel.workload.workload_hash
     target = make_target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
@@ -83,12 +83,21 @@ def test_a_resumed_search_does_not_measure_a_failed_program_again_under_another_
         sent.extend(c.record.candidate_hash for c in batch)
         return [MeasureRecord(c.record.candidate_hash, wh, "t", "ok", (1e-4,) * 3) for c in batch]
 
-    before = {failed.record.candidate_hash: MeasureRecord(failed.record.candidate_hash, wh, "t", "build_error",
-                                                          error="x")}
-    tune_kernel(kernel, space, dict(before), [], ModelTrainer(), measure, SearchConfig(trials=8))
+    # the earlier run, as the database holds it: the failed candidate's build error
+    target_rec = TargetRecord(canonical_json({"kind": "llvm"}), "local")
+    db = open_database(f"sqlite:///{tmp_path}/tune.db")
+    db.add_target(target_rec)
+    db.add_workload(kernel.workload)
+    db.add_candidates([failed.record])
+    db.add_measure_results([MeasureRecord(failed.record.candidate_hash, wh, target_rec.target_hash, "build_error",
+                                          error="x")])
+    measured, history, discounted = resume_state(db, wh, target_rec.target_hash)
+    db.close()
+    assert (list(measured), history, discounted) == ([failed.record.candidate_hash], [], [failed.record])
+    tune_kernel(kernel, space, dict(measured), history, ModelTrainer(), measure, SearchConfig(trials=8))
     assert twin.record.candidate_hash in sent, "premise: without knowing the failed program, its twin is measured"
     sent.clear()
-    outcome = tune_kernel(kernel, space, dict(before), [], ModelTrainer(), measure, SearchConfig(trials=8),
-                          discounted=[failed.record])
+    outcome = tune_kernel(kernel, space, dict(measured), history, ModelTrainer(), measure, SearchConfig(trials=8),
+                          discounted=discounted)
     assert twin.record.candidate_hash not in sent
     assert space.default().record.candidate_hash in sent and outcome.stop_reason == "space_exhausted"

@@ -79,7 +79,8 @@ def test_every_candidate_failing_names_the_workload(tmp_path):
     assert con.execute("select status from session").fetchall() == [("failed",)]
     statuses = con.execute("select status from measure_result").fetchall()
     assert statuses and all(s == ("timeout",) for s in statuses)
-    # a rerun with a larger budget resumes past the failed candidates (their programs known) and fails alike
+    # a rerun with a larger budget resumes over the failed candidates (the session reads their traces back,
+    # tuner.search.resume_state) and fails alike, measuring none of them again
     proc = tune("run", "qwen3-tiny", "--seq-len", "8", "--trials", "2", "--candidates", "1", "--timeout", "0.01",
                 "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
     assert_one_line_error(proc, "every candidate of workload", "timeout")

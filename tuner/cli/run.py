@@ -33,7 +33,7 @@ def run_command(
     reprice: Annotated[bool, typer.Option("--reprice/--no-reprice", help="After tuning, extract once more with each GEMM-like e-node priced by its tuned kernel, and tune that program too when it is new (off by default for now).")] = False,
     measure_top: Annotated[int, typer.Option("--measure-top", help="Cheapest candidate programs compiled and timed end to end; the fastest is kept.")] = 2,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Candidates measured between cost-model updates.")] = 8,
-    confirm_top: Annotated[int, typer.Option("--confirm-top", help="Fastest candidates per kernel measured twice more once its trials are spent; each counts with its median measurement (0: none).")] = 3,
+    confirm_top: Annotated[int, typer.Option("--confirm-top", help="Fastest candidates per kernel (those within 1.25x of the fastest) measured twice more once its trials are spent; each counts with its median measurement (0: none).")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
     artifact_dir: Annotated[str, typer.Option("--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
