@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from .progress import fmt_us
 from .session import RunSummary
 
 
@@ -13,7 +14,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _us(seconds: float | None) -> str:
-    return f"{seconds * 1e6:.1f}" if seconds is not None else "-"
+    return fmt_us(seconds) if seconds is not None else "-"
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:

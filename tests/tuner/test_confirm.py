@@ -58,22 +58,17 @@ class _Setup:
 
 def test_leaders_are_measured_again_until_the_top_three_each_have_three_measurements(tmp_path):
     s = _Setup(tmp_path)
-    kernel, space, leaders, remeasure, calls, index, db = (s.kernel, s.space, s.leaders, s.remeasure, s.calls,
-                                                           s.index, s.db)
-    wh, target = s.wh, s.target
-
-    taken = confirm_leaders(kernel, space, leaders, remeasure, top=3, measurements=3)
+    taken = s.confirm()
     # 2 (1.3 ms) is over 1.25 times 0's 1.0 ms and waits; 0 drops to 1.5 ms (median of 1.0, 1.5, 1.5), so the
     # margin moves to 1.2 ms times 1.25: 2 and 3 (1.4 ms, now in the top three) are confirmed in turn
-    assert calls == [([0, 1], [2, 2]), ([2, 3], [2, 2])]
+    assert s.calls == [([0, 1], [2, 2]), ([2, 3], [2, 2])]
     assert len(taken) == 8 and all(r.confirm for r in taken)
-    rows = leaders(3)
-    assert [(index[r.candidate_hash], r.measurements) for r in rows] == [(1, 3), (2, 3), (3, 3)]
-    assert db.best(wh, target.target_hash)[1] == 1.2e-3
-    assert confirm_leaders(kernel, space, leaders, remeasure, top=3, measurements=3) == []  # a rerun: nothing
-    assert confirm_leaders(kernel, space, leaders, remeasure, top=0, measurements=3) == []
-    assert len(calls) == 2
-    db.close()
+    assert [(s.index[r.candidate_hash], r.measurements) for r in s.leaders(3)] == [(1, 3), (2, 3), (3, 3)]
+    assert s.db.best(s.wh, s.target.target_hash)[1] == 1.2e-3
+    assert s.confirm() == []  # a rerun: nothing
+    assert s.confirm(top=0) == []
+    assert len(s.calls) == 2
+    s.db.close()
 
 
 def test_a_leader_whose_re_measurement_fails_gives_its_place_to_the_next(tmp_path):
