@@ -42,6 +42,7 @@ from measure.tvmapi import (
 )
 
 from .attention_templates import attention_seeds
+from .gemv_templates import split_k_seeds
 from .row_templates import row_seeds
 from .templates import gemm_seeds
 
@@ -129,13 +130,14 @@ class ScheduleSpace:
 
     def seeds(self) -> list[ScheduleCandidate]:
         """Register-blocked GEMM schedules of this kernel (:func:`tuner.templates.gemm_seeds`, the
-        ``LEADING_SEEDS`` most promising first), else row-wise ones of a row-reduction kernel such as
+        ``LEADING_SEEDS`` most promising first), after split-k ones where it is a GEMV on a
+        row-major weight (:func:`tuner.gemv_templates.split_k_seeds`, then the leading ones), else row-wise ones of a row-reduction kernel such as
         softmax (:func:`tuner.row_templates.row_seeds`) or of a fused attention kernel
         (:func:`tuner.attention_templates.attention_seeds`), or none. Built once per space."""
         if self._seeds is None:
             func = self.mod["main"]
-            schedules = (gemm_seeds(func, self.target) or row_seeds(func, self.target)
-                         or attention_seeds(func, self.target))
+            schedules = (split_k_seeds(func, self.target) + gemm_seeds(func, self.target)
+                         or row_seeds(func, self.target) or attention_seeds(func, self.target))
             self._seeds = [ScheduleCandidate(CandidateRecord(self.workload_hash, trace_to_json(sch.trace)), sch.mod)
                            for sch in schedules]
         return list(self._seeds)

@@ -140,7 +140,7 @@ def gemm_seeds(func: PrimFunc, target: tvm.target.Target, tiles=None) -> list[Sc
         return []
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     probe = Schedule(mod)
-    name = _gemm_block(probe)
+    name = gemm_block(probe)
     if name is None:
         return []
     lanes = vector_lanes(target)
@@ -160,7 +160,7 @@ def gemm_seeds(func: PrimFunc, target: tvm.target.Target, tiles=None) -> list[Sc
     return seeds
 
 
-def _gemm_block(sch: Schedule) -> str | None:
+def gemm_block(sch: Schedule) -> str | None:
     """The name of the kernel's only GEMM-like block whose weight is read along ``n``, or None."""
     found = []
     for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
