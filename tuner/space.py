@@ -131,8 +131,9 @@ class ScheduleSpace:
     def seeds(self) -> list[ScheduleCandidate]:
         """Register-blocked GEMM schedules of this kernel (:func:`tuner.templates.gemm_seeds`, the
         ``LEADING_SEEDS`` most promising first), after split-k ones where it is a GEMV on a
-        row-major weight (:func:`tuner.gemv_templates.split_k_seeds`, then the leading ones), else row-wise ones of a row-reduction kernel such as
-        softmax (:func:`tuner.row_templates.row_seeds`) or of a fused attention kernel
+        row-major weight (:func:`tuner.gemv_templates.split_k_seeds`, then the leading ones),
+        else row-wise ones of a row-reduction kernel such as softmax
+        (:func:`tuner.row_templates.row_seeds`) or of a fused attention kernel
         (:func:`tuner.attention_templates.attention_seeds`), or none. Built once per space."""
         if self._seeds is None:
             func = self.mod["main"]
