@@ -139,7 +139,8 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
                     figures[stage].setdefault("TVM default build", summary.latency_s["tvm_default"])
                 walls[f"{stage}: {who}"] = time.time() - t0
                 sources = [k.source for k in summary.kernels]
-                predicted[f"{stage}: {who}"] = f"{sources.count('predicted')} of {len(sources)}"
+                predicted[f"{stage}: {who}"] = (f"{sources.count('predicted')} predicted, "
+                                                 f"{sources.count('measured')} measured, of {len(sources)}")
             if cfg["metaschedule"]:
                 imported = load_model(target_model, stage, seq_len=target_len, kv_len=kv_len)
                 tasks = len(kernels_of(lower_to_kernels(imported.mod)))
@@ -151,13 +152,15 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
         _keep_databases(work, quick)
     result.rows = _rows(cfg, figures)
     result.notes = [
-        f"Source: {source} ({', '.join(cfg['stages'])}, {source_len} tokens, KV cache {kv_len}) with "
-        f"{cfg['source_trials']} trials per workload ({source_note}); target: {target_model} at {target_len} tokens "
-        "(new shapes).",
+        f"Source: {source} ({_shapes(cfg['stages'], source_len, kv_len)}) with {cfg['source_trials']} trials per "
+        f"workload ({source_note}); target: {target_model} ({_shapes(cfg['stages'], target_len, kv_len)}; new "
+        "shapes).",
         "Latencies in ms: ours timed by tune run on the worker, MetaSchedule by the VM's time_evaluator; medians "
         f"of {repeat} repeats.",
         "Wall time (s): " + "; ".join(f"{k} {v:.0f}" for k, v in walls.items()) + ".",
-        "Kernels of the chosen program compiled with the cost model's predicted schedule (no measurement): "
+        "Kernels of the chosen program: compiled with the cost model's predicted schedule (no measurement of "
+        "that workload), or with the fastest measured one (the target run's own, or the source run's where the "
+        "workload is identical, e.g. attention with the same heads and KV cache): "
         + "; ".join(f"{k}: {v}" for k, v in predicted.items()) + ".",
     ]
     scaled = {k: v for k, v in (overrides or {}).items() if not quick and FULL.get(k) != v}
@@ -172,6 +175,17 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
                             "not judged.")
     result.seconds = time.time() - start
     return result
+
+
+def _shapes(stages, seq_len: int, kv_len: int) -> str:
+    """The stages' token counts, e.g. ``"prefill 128 tokens; decode 1 token over a KV cache of 512"``."""
+    from extract.decoder import stage_tokens
+
+    parts = []
+    for stage in stages:
+        new, past = stage_tokens(stage, seq_len, kv_len)
+        parts.append(f"{stage} {new} token{'s' * (new != 1)}" + (f" over a KV cache of {past}" if past else ""))
+    return "; ".join(parts)
 
 
 def _rows(cfg: dict, figures: dict[str, dict[str, float | None]]) -> list[Row]:
