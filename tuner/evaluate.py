@@ -2,7 +2,10 @@
 
 Whole workloads are held out (scikit-learn's ``LeaveOneGroupOut`` up to
 ``MAX_LOGO_GROUPS`` workloads, ``GroupKFold`` beyond), each model is trained on
-the rest and scores the held-out workload's measured candidates. Per held-out
+the rest and scores the held-out workload's measured candidates. Or, as a later
+compile uses the model (:func:`evaluate_transfer`), each model is trained on one
+database (say, Qwen3-0.6B's runs) and judged on the workloads of another that
+the first never measured (Qwen3-1.7B's new shapes). Per held-out
 workload with at least two candidates (TenSet's metrics, Zheng et al., NeurIPS
 2021 Datasets and Benchmarks, section 5):
 
@@ -145,9 +148,43 @@ def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
         for train, test in folds:
             scorer = fit_scorer(name, data.X[train], data.latency_s[train], data.groups[train], seed, xgb_params)
             score[test] = scorer(data.X[test])
-        results[name] = ranking_metrics(data.latency_s, score, data.groups)
-        results[name]["by_kind"] = {
-            kind: ranking_metrics(data.latency_s[data.kinds == kind], score[data.kinds == kind],
-                                  data.groups[data.kinds == kind])
-            for kind in sorted(set(data.kinds.tolist()))}
+        results[name] = _metrics(data.latency_s, score, data.groups, data.kinds)
     return results
+
+
+def evaluate_transfer(train: Dataset, test: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
+                      xgb_params: dict | None = None) -> dict[str, dict]:
+    """Metrics of each model trained on all of ``train`` and judged on the workloads of ``test`` that
+    ``train`` never measured (a later compile's new shapes, ranked by what an earlier one learned).
+
+    Returns the same figures as :func:`evaluate`; workloads of ``test`` that ``train``
+    also holds are left out (see :func:`unseen_workloads`).
+
+    Raises
+    ------
+    ValueError
+        ``train`` is empty, or ``test`` has no workload that ``train`` lacks.
+    """
+    if not len(train):
+        raise ValueError("the training database has no successful measurement of this target")
+    keep = unseen_workloads(train, test)
+    if not keep.any():
+        raise ValueError("every workload of the evaluated database is also in the training database: "
+                         "nothing unseen to judge")
+    results = {}
+    for name in models:
+        score = fit_scorer(name, train.X, train.latency_s, train.groups, seed, xgb_params)(test.X[keep])
+        results[name] = _metrics(test.latency_s[keep], score, test.groups[keep], test.kinds[keep])
+    return results
+
+
+def unseen_workloads(train: Dataset, test: Dataset) -> np.ndarray:
+    """Boolean mask [len(test)] of the rows of ``test`` whose workload ``train`` has no measurement of."""
+    return ~np.isin(test.groups, np.unique(train.groups))
+
+
+def _metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, kinds: np.ndarray) -> dict:
+    out = ranking_metrics(latency_s, score, groups)
+    out["by_kind"] = {kind: ranking_metrics(latency_s[kinds == kind], score[kinds == kind], groups[kinds == kind])
+                      for kind in sorted(set(kinds.tolist()))}
+    return out

@@ -46,11 +46,8 @@ def _matmul(m: int, n: int, k: int):
     return te.create_prim_func([a, b, c])
 
 
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
-    """A database of real timings of sampled schedules of three tiny matmuls (built and timed in-process)."""
-    work = tmp_path_factory.mktemp("cm")
-    url = f"sqlite:///{work}/t.db"
+def _timed_database(url: str, shapes) -> None:
+    """Real timings of the default and six sampled schedules of a tiny matmul per (m, n, k), built and timed in-process."""
     target = make_target(json.loads(TARGET))
     rec = TargetRecord(target_json(target), LOCAL_KEY)
     dev = tvm.cpu()
@@ -58,7 +55,7 @@ def tuned(tmp_path_factory):
     db = open_database(url)
     try:
         db.add_target(rec)
-        for m, n, k in ((16, 32, 16), (32, 16, 32), (8, 64, 16)):
+        for m, n, k in shapes:
             func = _matmul(m, n, k)
             wh = structural_hash(func)
             db.add_workload(WorkloadRecord(wh, f"matmul_{m}x{n}x{k}", "matmul", func.script(), "[]",
@@ -75,6 +72,14 @@ def tuned(tmp_path_factory):
             db.add_measure_results(results)
     finally:
         db.close()
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A database of real timings of sampled schedules of three tiny matmuls."""
+    work = tmp_path_factory.mktemp("cm")
+    url = f"sqlite:///{work}/t.db"
+    _timed_database(url, ((16, 32, 16), (32, 16, 32), (8, 64, 16)))
     return work, url
 
 
@@ -105,6 +110,24 @@ def test_eval_takes_the_booster_size(tuned):
     default = invoke("model", "eval", "--db", url, "--target", TARGET, "--models", "xgb:reg:latency",
                      )["models"]["xgb:reg:latency"]
     assert 0 < small["top1"] <= 1 and small != default, "two trees over two bins rank differently"
+
+
+def test_eval_trained_on_another_database_judges_only_unseen_workloads(tuned, tmp_path):
+    work, url = tuned
+    earlier = f"sqlite:///{tmp_path}/earlier.db"
+    _timed_database(earlier, ((16, 32, 16), (16, 16, 16)))  # one workload shared with the evaluated database
+    out = invoke("model", "eval", "--db", url, "--train-db", earlier, "--target", TARGET,
+                 "--models", "xgb:reg:latency,random")
+    assert out["train_workloads"] == 2 and out["train_records"] >= 2 * 4
+    assert out["unseen_workloads"] == 2
+    for name in ("xgb:reg:latency", "random"):
+        m = out["models"][name]
+        assert m["workloads"] == 2 and 0 < m["top1"] <= m["top5"] <= 1.0
+    same = tune("model", "eval", "--db", url, "--train-db", url, "--target", TARGET, cwd=work)
+    one_line_error(same, "nothing unseen")
+    missing = tune("model", "eval", "--db", url, "--train-db", f"sqlite:///{tmp_path}/none.db", "--target", TARGET,
+                   cwd=work)
+    one_line_error(missing, "no database at")
 
 
 def test_train_list_and_warm_start(tuned):

@@ -130,11 +130,12 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Seed of the models and the random ranking.")] = 0,
     trees: Annotated[int | None, typer.Option(help="Trees of the XGBoost models (default: the cost model's).")] = None,
     max_bin: Annotated[int | None, typer.Option(help="Histogram bins per feature of the XGBoost models (default: the cost model's).")] = None,
+    train_db: Annotated[str | None, typer.Option("--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it never measured (default: hold out workloads of --db in turn).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman."""
     from ..dataset import load_dataset
-    from ..evaluate import MODELS, evaluate
+    from ..evaluate import MODELS, evaluate, evaluate_transfer, unseen_workloads
 
     chosen = tuple(m.strip() for m in models.split(",")) if models else MODELS
     unknown = [m for m in chosen if m not in MODELS]
@@ -147,18 +148,29 @@ def eval_command(
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         data = load_dataset(database, record.target_hash, tvm_target)
-    if data.n_workloads < 2:
-        raise ValueError(f"evaluation holds out whole workloads and needs measurements of at least 2, "
-                         f"this target has {data.n_workloads}")
-    results = evaluate(data, chosen, seed=seed, xgb_params=xgb_params)
-    lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads "
-             f"({data.skipped} skipped); held-out workloads:",
+    extra = {}
+    if train_db is not None:
+        with existing_database(train_db) as database:
+            train_record, train_target = select_target(database, target, key)
+            train = load_dataset(database, train_record.target_hash, train_target)
+        results = evaluate_transfer(train, data, chosen, seed=seed, xgb_params=xgb_params)
+        unseen = len(set(data.groups[unseen_workloads(train, data)].tolist()))
+        extra = {"train_records": len(train), "train_workloads": train.n_workloads, "unseen_workloads": unseen}
+        head = (f"trained on {len(train)} measured candidates of {train.n_workloads} workloads; judged on "
+                f"{unseen} of the {data.n_workloads} workloads here that it never measured:")
+    else:
+        if data.n_workloads < 2:
+            raise ValueError(f"evaluation holds out whole workloads and needs measurements of at least 2, "
+                             f"this target has {data.n_workloads}")
+        results = evaluate(data, chosen, seed=seed, xgb_params=xgb_params)
+        head = "held-out workloads:"
+    lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads ({data.skipped} skipped); {head}",
              f"{'model':<20} {'top-1':>7} {'top-5':>7} {'pairwise':>9} {'spearman':>9}"]
     lines += [f"{name:<20} {_fmt(r['top1']):>7} {_fmt(r['top5']):>7} {_fmt(r['pairwise']):>9} "
               f"{_fmt(r['spearman']):>9}" for name, r in results.items()]
     lines += _by_kind_lines(results)
     _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
-                    "skipped": data.skipped, "models": results}, lines)
+                    "skipped": data.skipped, **extra, "models": results}, lines)
 
 
 def _by_kind_lines(results: dict) -> list[str]:
