@@ -15,7 +15,8 @@ Strategies:
 - ``random``: a random order (exploration share 1);
 - ``cold``: the cost model learns from this workload's replayed results only;
 - ``warm``: the model starts from one trained on the *other* workloads (held out
-  by ``GroupKFold``), as a later compile starts from a stored model.
+  by ``GroupKFold``), as a later compile starts from a stored model; or from
+  one trained on another database, replaying only the workloads it never measured.
 
 The curve is, per trial count t, the mean over workloads of
 ``best latency in the pool / best latency among the first t picks`` (0 before a
@@ -136,8 +137,12 @@ def curve(pool: ReplayPool, order: list[int], trials: int) -> np.ndarray:
 
 
 def simulate(pools: list[ReplayPool], strategies: list[tuple[str, int, float]], seeds: int = 3,
-             trials: int | None = None) -> dict[str, list[float]]:
+             trials: int | None = None, warm_base: XGBCostModel | None = None) -> dict[str, list[float]]:
     """Mean best-so-far curves (index t-1 = after t trials) per strategy ``(name, batch size, explore share)``.
+
+    ``warm`` starts every pool from ``warm_base`` when given (a model trained on
+    another database, such as an earlier compile's), else from a model trained on
+    the other pools.
 
     Raises
     ------
@@ -150,7 +155,10 @@ def simulate(pools: list[ReplayPool], strategies: list[tuple[str, int, float]], 
         if name not in STRATEGIES:
             raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
     trials = trials or max(len(p.latency_s) for p in pools)
-    bases = _held_out_bases(pools) if any(s[0] == "warm" for s in strategies) else {}
+    if warm_base is not None:
+        bases = {p.workload_hash: warm_base for p in pools}
+    else:
+        bases = _held_out_bases(pools) if any(s[0] == "warm" for s in strategies) else {}
     out = {}
     for name, batch, explore in strategies:
         curves = [curve(p, replay_order(p, name, batch, explore, seed, bases.get(p.workload_hash)), trials)

@@ -112,7 +112,7 @@ def test_eval_takes_the_booster_size(tuned):
     assert 0 < small["top1"] <= 1 and small != default, "two trees over two bins rank differently"
 
 
-def test_eval_trained_on_another_database_judges_only_unseen_workloads(tuned, tmp_path):
+def test_eval_and_simulate_trained_on_another_database_judge_only_unseen_workloads(tuned, tmp_path):
     work, url = tuned
     earlier = f"sqlite:///{tmp_path}/earlier.db"
     _timed_database(earlier, ((16, 32, 16), (16, 16, 16)))  # one workload shared with the evaluated database
@@ -123,8 +123,13 @@ def test_eval_trained_on_another_database_judges_only_unseen_workloads(tuned, tm
     for name in ("xgb:reg:latency", "random"):
         m = out["models"][name]
         assert m["workloads"] == 2 and 0 < m["top1"] <= m["top5"] <= 1.0
-    same = tune("model", "eval", "--db", url, "--train-db", url, "--target", TARGET, cwd=work)
-    one_line_error(same, "nothing unseen")
+    replay = invoke("simulate", "--db", url, "--train-db", earlier, "--target", TARGET, "--seeds", "1",
+                    "--strategies", "random,warm")
+    assert replay["workloads"] == 2 and all(v[-1] == pytest.approx(1.0) for v in replay["curves"].values())
+    one_line_error(tune("model", "eval", "--db", url, "--train-db", url, "--target", TARGET, cwd=work),
+                   "nothing unseen")
+    one_line_error(tune("simulate", "--db", url, "--train-db", url, "--target", TARGET, cwd=work),
+                   "nothing unseen")
     missing = tune("model", "eval", "--db", url, "--train-db", f"sqlite:///{tmp_path}/none.db", "--target", TARGET,
                    cwd=work)
     one_line_error(missing, "no database at")

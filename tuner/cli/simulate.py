@@ -32,6 +32,7 @@ def simulate_command(
     explore: Annotated[str, typer.Option(help="Exploration shares to try, comma-separated, each in [0, 1].")] = "0.25",
     seeds: Annotated[int, typer.Option(help="Replays per strategy (seeds of the exploration draw).")] = 3,
     trials: Annotated[int | None, typer.Option(help="Trials to report (default: the largest pool).")] = None,
+    train_db: Annotated[str | None, typer.Option("--train-db", help="warm starts from a model trained on this database and only the workloads of --db it never measured are replayed (default: a model trained on the other workloads of --db).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Replay the target's recorded measurements under each strategy and print best-so-far curves.
@@ -40,6 +41,8 @@ def simulate_command(
     trials is the pool's best latency divided by the best found in t picks,
     averaged over workloads and seeds (1.0: the best was found).
     """
+    from ..cost_model import XGBCostModel
+    from ..dataset import load_dataset
     from ..simulate import STRATEGIES, load_pools, simulate
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
@@ -55,7 +58,20 @@ def simulate_command(
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         pools = load_pools(database, record.target_hash, tvm_target)
-    curves = simulate(pools, grid, seeds=seeds, trials=trials)
+    base = None
+    if train_db is not None:
+        with existing_database(train_db) as database:
+            train_record, train_target = select_target(database, target, key)
+            train = load_dataset(database, train_record.target_hash, train_target)
+        if not len(train):
+            raise ValueError("the training database has no successful measurement of this target")
+        known = set(train.groups.tolist())
+        pools = [p for p in pools if p.workload_hash not in known]
+        if not pools:
+            raise ValueError("every workload of the replayed database is also in the training database: "
+                             "nothing unseen to replay")
+        base = XGBCostModel().fit(train.X, train.latency_s, train.groups)
+    curves = simulate(pools, grid, seeds=seeds, trials=trials, warm_base=base)
     if as_json:
         sys.stdout.write(json.dumps({"target_hash": record.target_hash, "workloads": len(pools),
                                      "seeds": seeds, "curves": curves}) + "\n")
