@@ -17,6 +17,11 @@ local RPC tracker and worker, a real SQLite database):
    legalization and fusion, ``cold_trials`` trials per task in all
    (:func:`bench.layer.metaschedule_layer`).
 
+With a cold run, the source database's cost model is also judged on the cold run's
+measured candidates of the workloads the source never measured (top-1 and pairwise
+accuracy against a random ranking; the goals are the cost-model issue's, on unseen
+workloads of the Qwen3 family).
+
 With ``$BENCH_WORK_DIR`` set, the databases of a run stay there (``later-*.db``) for
 ``tune model eval`` and ``tune simulate``.
 
@@ -111,6 +116,7 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
         warm_db = os.path.join(work, "warm.db")
         walls: dict[str, float] = {}
         predicted: dict[str, str] = {}
+        ranking: dict[str, dict] = {}
         t0 = time.time()
         left_by_layer = os.path.join(os.environ.get("BENCH_WORK_DIR", ""),
                                      layer_db_name(source, "prefill", source_len, kv_len))
@@ -141,6 +147,8 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
                 sources = [k.source for k in summary.kernels]
                 predicted[f"{stage}: {who}"] = (f"{sources.count('predicted')} predicted, "
                                                  f"{sources.count('measured')} measured, of {len(sources)}")
+            if cfg["cold_trials"]:
+                ranking[stage] = transfer_metrics(warm_db, os.path.join(work, f"cold-{stage}.db"))
             if cfg["metaschedule"]:
                 imported = load_model(target_model, stage, seq_len=target_len, kv_len=kv_len)
                 tasks = len(kernels_of(lower_to_kernels(imported.mod)))
@@ -150,7 +158,7 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
                     os.path.join(work, "ms"), repeat)
                 walls[f"{stage}: MetaSchedule"] = time.time() - t0
         _keep_databases(work, quick)
-    result.rows = _rows(cfg, figures)
+    result.rows = _rows(cfg, figures) + _ranking_rows(ranking)
     result.notes = [
         f"Source: {source} ({_shapes(cfg['stages'], source_len, kv_len)}) with {cfg['source_trials']} trials per "
         f"workload ({source_note}); target: {target_model} ({_shapes(cfg['stages'], target_len, kv_len)}; new "
@@ -163,6 +171,11 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
         "workload is identical, e.g. attention with the same heads and KV cache): "
         + "; ".join(f"{k}: {v}" for k, v in predicted.items()) + ".",
     ]
+    if ranking:
+        result.notes.append(
+            "Ranking rows: the source database's cost model (trained on all of it) scores the cold run's measured "
+            "candidates of each workload the source never measured (tune model eval --train-db); workloads: "
+            + "; ".join(f"{stage} {r['ours']['workloads']}" for stage, r in ranking.items()) + ".")
     scaled = {k: v for k, v in (overrides or {}).items() if not quick and FULL.get(k) != v}
     if scaled:
         result.notes.append(
@@ -214,6 +227,45 @@ def _rows(cfg: dict, figures: dict[str, dict[str, float | None]]) -> list[Row]:
             goal = 1 / WITHIN if "--trials 0" in who else 1.0
             rows.append(ratio_row(f"{stage} layer latency (ms), {who}", _ms(value), anchor, label, goal,
                                   f"anchor/ours >= {goal:.2f}", higher_is_better=False))
+    return rows
+
+
+def transfer_metrics(source_db: str, target_db: str) -> dict[str, dict]:
+    """Ranking metrics of the default cost model trained on every measurement of the SQLite file ``source_db``,
+    judged on the workloads of ``target_db`` that ``source_db`` never measured, beside a random ranking.
+
+    Returns ``{"ours": metrics, "random": metrics}`` (``tuner.evaluate.evaluate_transfer``'s figures).
+    """
+    from database import open_database
+    from tuner.cli.model import select_target
+    from tuner.cost_model import DEFAULT_OBJECTIVE
+    from tuner.dataset import load_dataset
+    from tuner.evaluate import evaluate_transfer
+
+    datasets = []
+    for path in (source_db, target_db):
+        db = open_database(f"sqlite:///{path}")
+        try:
+            record, target = select_target(db, None, None)
+            datasets.append(load_dataset(db, record.target_hash, target))
+        finally:
+            db.close()
+    ours = f"xgb:{DEFAULT_OBJECTIVE}"
+    out = evaluate_transfer(*datasets, models=(ours, "random"))
+    return {"ours": out[ours], "random": out["random"]}
+
+
+def _ranking_rows(ranking: dict[str, dict]) -> list[Row]:
+    """Top-1 and pairwise accuracy of the source's model on the target's unseen workloads, against random."""
+    from .cost_model import GOALS
+
+    rows = []
+    for stage, r in ranking.items():
+        for metric, label in (("top1", "top-1 score"), ("pairwise", "pairwise accuracy")):
+            ours, anchor = r["ours"][metric], r["random"][metric]
+            rows.append(Row(f"{stage}: {label} of the source's model on the target's unseen workloads", ours, anchor,
+                            "random ranking", ours / anchor if ours is not None and anchor else None,
+                            f"ours >= {GOALS[metric]}", None if ours is None else ours >= GOALS[metric]))
     return rows
 
 
