@@ -119,20 +119,25 @@ def test_eval_and_simulate_trained_on_another_database_judge_only_unseen_workloa
     out = invoke("model", "eval", "--db", url, "--train-db", earlier, "--target", TARGET,
                  "--models", "xgb:reg:latency,random")
     assert out["train_workloads"] == 2 and out["train_records"] >= 2 * 4
-    assert out["unseen_workloads"] == 2
+    assert out["unseen_workloads"] == 2 and out["judged_records"] < out["records"]
     for name in ("xgb:reg:latency", "random"):
         m = out["models"][name]
         assert m["workloads"] == 2 and 0 < m["top1"] <= m["top5"] <= 1.0
     replay = invoke("simulate", "--db", url, "--train-db", earlier, "--target", TARGET, "--seeds", "1",
                     "--strategies", "random,warm")
     assert replay["workloads"] == 2 and all(v[-1] == pytest.approx(1.0) for v in replay["curves"].values())
-    one_line_error(tune("model", "eval", "--db", url, "--train-db", url, "--target", TARGET, cwd=work),
-                   "nothing unseen")
-    one_line_error(tune("simulate", "--db", url, "--train-db", url, "--target", TARGET, cwd=work),
-                   "nothing unseen")
+    assert replay["db_workloads"] == 3 and replay["train_workloads"] == 2
+    text = tune("simulate", "--db", url, "--train-db", earlier, "--target", TARGET, "--seeds", "1",
+                "--strategies", "random", cwd=work)
+    assert text.returncode == 0 and "2 of the 3 --db workloads" in text.stdout and "warm starts" not in text.stdout
+    same = url.replace(f"sqlite:///{work}/", f"sqlite:///{work}/./")  # one file, spelled two ways
+    for command in ("model eval", "simulate"):
+        one_line_error(tune(*command.split(), "--db", url, "--train-db", same, "--target", TARGET, cwd=work),
+                       "--train-db is the same database as --db")
+        one_line_error(tune(*command.split(), "--db", url, "--train-db", "", cwd=work), "--train-db is empty")
     missing = tune("model", "eval", "--db", url, "--train-db", f"sqlite:///{tmp_path}/none.db", "--target", TARGET,
                    cwd=work)
-    one_line_error(missing, "no database at")
+    one_line_error(missing, "give --train-db the URL")
 
 
 def test_train_list_and_warm_start(tuned):

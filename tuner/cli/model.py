@@ -20,21 +20,26 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object 
 
 
 @contextmanager
-def existing_database(url: str | None):
+def existing_database(url: str | None, option: str = "--db"):
     """Open a database that must already exist (a missing SQLite file is an error, not a new database).
+
+    ``option`` is the command-line option that gave ``url``; errors name it.
 
     Raises
     ------
     ValueError
-        The SQLite file does not exist.
+        The URL is malformed or the SQLite file does not exist.
     """
-    from database import open_database
+    from database import DatabaseError, open_database
     from database.session import resolve_url
 
-    parsed = resolve_url(url)
+    try:
+        parsed = resolve_url(url)
+    except DatabaseError as exc:
+        raise ValueError(f"{option}: {exc}") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
             and not os.path.exists(parsed.database):
-        raise ValueError(f"no database at {parsed.database}: give --db the URL a tune run wrote to")
+        raise ValueError(f"no database at {parsed.database}: give {option} the URL a tune run wrote to")
     db = open_database(url)
     try:
         yield db
@@ -42,8 +47,10 @@ def existing_database(url: str | None):
         db.close()
 
 
-def select_target(db, target: str | None, key: str | None):
+def select_target(db, target: str | None, key: str | None, where: str = "this database"):
     """The ``TargetRecord`` and TVM target chosen as ``tune run`` chooses them; it must have measurements in ``db``.
+
+    ``where`` names ``db`` in the error (e.g. "the --train-db database").
 
     Raises
     ------
@@ -61,9 +68,43 @@ def select_target(db, target: str | None, key: str | None):
     known = db.targets()
     if record not in known:
         listed = "; ".join(f"--target '{t.target_json}' --key {t.key}" for t in known) or "none"
-        raise ValueError(f"no measurements for target {record.target_json} key {record.key} in this database "
+        raise ValueError(f"no measurements for target {record.target_json} key {record.key} in {where} "
                          f"(measured targets: {listed})")
     return record, tvm_target
+
+
+def _same_database(a, b) -> bool:
+    """Whether two parsed URLs name one database (SQLite files compared by their real path)."""
+    if a.get_backend_name() == b.get_backend_name() == "sqlite" and a.database and b.database:
+        return os.path.realpath(a.database) == os.path.realpath(b.database)
+    return a == b
+
+
+def load_training_set(train_db: str, db: str | None, target: str | None, key: str | None):
+    """The successful measurements of ``--train-db`` for the chosen target, as a ``Dataset``.
+
+    Checked before ``--db`` is read, so a wrong training database fails at once.
+
+    Raises
+    ------
+    ValueError
+        ``--train-db`` is empty, is the same URL as ``--db``, does not exist, or
+        holds no successful measurement of the target.
+    """
+    from database.session import resolve_url
+
+    from ..dataset import load_dataset
+
+    if not train_db.strip():
+        raise ValueError("--train-db is empty: give the URL of the database to train on")
+    with existing_database(train_db, option="--train-db") as database:
+        if _same_database(resolve_url(train_db), resolve_url(db)):
+            raise ValueError("--train-db is the same database as --db: nothing would be unseen")
+        record, tvm_target = select_target(database, target, key, where="the --train-db database")
+        train = load_dataset(database, record.target_hash, tvm_target)
+    if not len(train):
+        raise ValueError("the --train-db database has no successful measurement of this target")
+    return train
 
 
 def _emit(as_json: bool, data: dict, lines: list[str]) -> None:
@@ -130,7 +171,7 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Seed of the models and the random ranking.")] = 0,
     trees: Annotated[int | None, typer.Option(help="Trees of the XGBoost models (default: the cost model's).")] = None,
     max_bin: Annotated[int | None, typer.Option(help="Histogram bins per feature of the XGBoost models (default: the cost model's).")] = None,
-    train_db: Annotated[str | None, typer.Option("--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it never measured (default: hold out workloads of --db in turn).")] = None,
+    train_db: Annotated[str | None, typer.Option("--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it never measured (default: hold out workloads of --db in turn). --target and --key choose the target in both databases.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman."""
@@ -145,19 +186,20 @@ def eval_command(
         if value is not None and value < 2:
             raise ValueError(f"{option} must be at least 2, got {value}")
     xgb_params = {k: v for k, v in (("n_estimators", trees), ("max_bin", max_bin)) if v is not None}
+    train = None if train_db is None else load_training_set(train_db, db, target, key)
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         data = load_dataset(database, record.target_hash, tvm_target)
     extra = {}
-    if train_db is not None:
-        with existing_database(train_db) as database:
-            train_record, train_target = select_target(database, target, key)
-            train = load_dataset(database, train_record.target_hash, train_target)
+    if train is not None:
         results = evaluate_transfer(train, data, chosen, seed=seed, xgb_params=xgb_params)
-        unseen = len(set(data.groups[unseen_workloads(train, data)].tolist()))
-        extra = {"train_records": len(train), "train_workloads": train.n_workloads, "unseen_workloads": unseen}
-        head = (f"trained on {len(train)} measured candidates of {train.n_workloads} workloads; judged on "
-                f"{unseen} of the {data.n_workloads} workloads here that it never measured:")
+        mask = unseen_workloads(train, data)
+        unseen = len(set(data.groups[mask].tolist()))
+        extra = {"train_records": len(train), "train_workloads": train.n_workloads, "unseen_workloads": unseen,
+                 "judged_records": int(mask.sum())}
+        head = (f"models trained on the --train-db database ({len(train)} measured candidates of "
+                f"{train.n_workloads} workloads), judged on the {int(mask.sum())} candidates of the {unseen} "
+                f"--db workloads it never measured:")
     else:
         if data.n_workloads < 2:
             raise ValueError(f"evaluation holds out whole workloads and needs measurements of at least 2, "

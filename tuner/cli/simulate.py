@@ -14,6 +14,7 @@ from .model import (
     KeyOption,
     TargetOption,
     existing_database,
+    load_training_set,
     select_target,
 )
 
@@ -32,7 +33,7 @@ def simulate_command(
     explore: Annotated[str, typer.Option(help="Exploration shares to try, comma-separated, each in [0, 1].")] = "0.25",
     seeds: Annotated[int, typer.Option(help="Replays per strategy (seeds of the exploration draw).")] = 3,
     trials: Annotated[int | None, typer.Option(help="Trials to report (default: the largest pool).")] = None,
-    train_db: Annotated[str | None, typer.Option("--train-db", help="warm starts from a model trained on this database and only the workloads of --db it never measured are replayed (default: a model trained on the other workloads of --db).")] = None,
+    train_db: Annotated[str | None, typer.Option("--train-db", help="warm starts from a model trained on this database and only the workloads of --db it never measured are replayed (default: a model trained on the other workloads of --db). --target and --key choose the target in both databases.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Replay the target's recorded measurements under each strategy and print best-so-far curves.
@@ -42,7 +43,6 @@ def simulate_command(
     averaged over workloads and seeds (1.0: the best was found).
     """
     from ..cost_model import XGBCostModel
-    from ..dataset import load_dataset
     from ..simulate import STRATEGIES, load_pools, simulate
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
@@ -55,30 +55,30 @@ def simulate_command(
         raise ValueError("--batch-size must be >= 1, --explore within [0, 1], --seeds >= 1")
     grid = [("random", b, 1.0) for b in batches[:1] if "random" in names]
     grid += [(n, b, e) for n in names if n != "random" for b in batches for e in shares]
+    train = None if train_db is None else load_training_set(train_db, db, target, key)
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         pools = load_pools(database, record.target_hash, tvm_target)
-    base = None
-    if train_db is not None:
-        with existing_database(train_db) as database:
-            train_record, train_target = select_target(database, target, key)
-            train = load_dataset(database, train_record.target_hash, train_target)
-        if not len(train):
-            raise ValueError("the training database has no successful measurement of this target")
+    base, extra, scope = None, {}, f"{len(pools)} workloads"
+    if train is not None:
         known = set(train.groups.tolist())
-        pools = [p for p in pools if p.workload_hash not in known]
-        if not pools:
-            raise ValueError("every workload of the replayed database is also in the training database: "
-                             "nothing unseen to replay")
-        base = XGBCostModel().fit(train.X, train.latency_s, train.groups)
+        replayed = [p for p in pools if p.workload_hash not in known]
+        if not replayed:
+            raise ValueError("every workload of --db is also in the --train-db database: nothing unseen to replay")
+        extra = {"train_records": len(train), "train_workloads": train.n_workloads, "db_workloads": len(pools)}
+        scope = (f"{len(replayed)} of the {len(pools)} --db workloads, those the --train-db database never "
+                 f"measured" + ("; warm starts from a model trained on --train-db" if "warm" in names else ""))
+        pools = replayed
+        if "warm" in names:
+            base = XGBCostModel().fit(train.X, train.latency_s, train.groups)
     curves = simulate(pools, grid, seeds=seeds, trials=trials, warm_base=base)
     if as_json:
-        sys.stdout.write(json.dumps({"target_hash": record.target_hash, "workloads": len(pools),
+        sys.stdout.write(json.dumps({"target_hash": record.target_hash, "workloads": len(pools), **extra,
                                      "seeds": seeds, "curves": curves}) + "\n")
         return
     n = len(next(iter(curves.values())))
     points = sorted({t for t in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128) if t <= n} | {n})
-    typer.echo(f"{len(pools)} workloads; best latency found / best in the pool after t trials, mean of {seeds} seeds")
+    typer.echo(f"{scope}; best latency found / best in the pool after t trials, mean of {seeds} seeds")
     typer.echo(f"{'strategy':<22}" + "".join(f"{'t=' + str(t):>8}" for t in points))
     for name, values in curves.items():
         typer.echo(f"{name:<22}" + "".join(f"{values[t - 1]:>8.3f}" for t in points))
