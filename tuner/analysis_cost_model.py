@@ -137,8 +137,10 @@ def ranking_per_workload(fit: ModelFit) -> pd.DataFrame:
 
 
 def feature_names() -> list[str]:
-    """Names of the cost model's features, in order: sum/mean/max of each per-store feature, then workload features."""
-    per_store = [f"{agg}[store feature {i}]" for agg in ("sum", "mean", "max") for i in range(N_STORE_FEATURES)]
+    """Names of the cost model's features, in order: sum/mean/max of each per-store feature, the compute
+    store's features, then workload features."""
+    aggregates = ("sum", "mean", "max", "compute")
+    per_store = [f"{agg}[store feature {i}]" for agg in aggregates for i in range(N_STORE_FEATURES)]
     return per_store + list(WORKLOAD_FEATURES)
 
 

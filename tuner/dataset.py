@@ -18,7 +18,7 @@ import tvm
 
 from database import CandidateRecord, TrainingRow
 
-from .cost_model import featurize, valid_rows
+from .cost_model import N_FEATURES, featurize, valid_rows
 from .space import ScheduleSpace
 
 
@@ -29,7 +29,7 @@ class Dataset:
     Attributes
     ----------
     X : np.ndarray
-        float32 [n, 3 * 164 + 4] features (``tuner.cost_model.featurize``).
+        float32 [n, 4 * 164 + 4] features (``tuner.cost_model.featurize``).
     latency_s : np.ndarray
         float64 [n] median latencies in seconds, all finite and positive.
     groups : np.ndarray
@@ -96,9 +96,8 @@ def load_dataset(db, target_hash: str, target: tvm.target.Target) -> Dataset:
             groups.append(wh)
             hashes.append(r.candidate_hash)
             kinds.append(workload.op_kind)
-    n_features = 3 * 164 + 4
     return Dataset(
-        X=np.stack(feats) if feats else np.zeros((0, n_features), np.float32),
+        X=np.stack(feats) if feats else np.zeros((0, N_FEATURES), np.float32),
         latency_s=np.array(lat, np.float64),
         groups=np.array(groups, dtype=object),
         candidate_hashes=np.array(hashes, dtype=object),

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from database import WorkloadRecord
-from tuner.cost_model import OBJECTIVES, CostModelError, XGBCostModel, featurize, labels
+from tuner.cost_model import N_FEATURES, OBJECTIVES, CostModelError, XGBCostModel, featurize, labels
 from tuner.evaluate import pairwise_accuracy, ranking_metrics, spearman, topk_score
 from tuner.search import ModelTrainer
 
@@ -52,8 +52,19 @@ def test_featurize_replaces_nan_and_inf():
     per_store = np.full((2, 164), np.nan, np.float32)
     per_store[1, :3] = [np.inf, -np.inf, 5.0]
     vec = featurize(per_store, _workload(flops=0.0, nbytes=0.0))
-    assert vec.shape == (3 * 164 + 4,) and np.isfinite(vec).all()
-    assert featurize(np.zeros((0, 164)), _workload()).shape == (496,)
+    assert vec.shape == (N_FEATURES,) == (4 * 164 + 4,) and np.isfinite(vec).all()
+    assert featurize(np.zeros((0, 164)), _workload()).shape == (N_FEATURES,)
+
+
+def test_featurize_carries_the_row_of_the_store_with_the_most_arithmetic():
+    per_store = np.zeros((3, 164), np.float32)
+    per_store[0, 161] = 9.0  # an initialisation store: large loop product, no arithmetic
+    per_store[1, :3] = [6.0, 6.0, 0.0]  # the multiply-accumulate update
+    per_store[1, 39] = 3.0
+    per_store[2, 1] = 7.0  # an epilogue add
+    vec = featurize(per_store, _workload())
+    assert np.array_equal(vec[3 * 164:4 * 164], per_store[1])
+    assert vec[2 * 164 + 1] == 7.0  # the max over stores still sees the epilogue
 
 
 def _synthetic(n_groups=6, per_group=20, seed=0):
