@@ -16,9 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .analysis import AnalysisError, TuningData, require_measurements
-from .cost_model import FEATURE_VERSION, N_STORE_FEATURES, CostModelError, XGBCostModel
-
-WORKLOAD_FEATURES = ("log2 FLOPs", "log2 bytes", "log2 FLOPs/byte", "log2 stores")
+from .cost_model import (FEATURE_VERSION, N_STORE_FEATURES, STORE_AGGREGATES, WORKLOAD_FEATURES, CostModelError,
+                         XGBCostModel)
 
 
 @dataclass(frozen=True)
@@ -139,8 +138,7 @@ def ranking_per_workload(fit: ModelFit) -> pd.DataFrame:
 def feature_names() -> list[str]:
     """Names of the cost model's features, in order: sum/mean/max of each per-store feature, the compute
     store's features, then workload features."""
-    aggregates = ("sum", "mean", "max", "compute")
-    per_store = [f"{agg}[store feature {i}]" for agg in aggregates for i in range(N_STORE_FEATURES)]
+    per_store = [f"{agg}[store feature {i}]" for agg in STORE_AGGREGATES for i in range(N_STORE_FEATURES)]
     return per_store + list(WORKLOAD_FEATURES)
 
 

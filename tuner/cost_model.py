@@ -74,8 +74,11 @@ from database import WorkloadRecord
 
 FEATURE_VERSION = "per-store-164/sum-mean-max-compute/workload-4/v2"
 N_STORE_FEATURES = 164
-N_WORKLOAD_FEATURES = 4
-N_FEATURES = 4 * N_STORE_FEATURES + N_WORKLOAD_FEATURES
+#: how the per-store rows are reduced, in feature order: over all stores, then the compute store's row
+STORE_AGGREGATES = ("sum", "mean", "max", "compute")
+#: the workload features that follow them, in order
+WORKLOAD_FEATURES = ("log2 FLOPs", "log2 bytes", "log2 FLOPs/byte", "log2 stores")
+N_FEATURES = len(STORE_AGGREGATES) * N_STORE_FEATURES + len(WORKLOAD_FEATURES)
 _OP_COUNTS = slice(0, 16)  # per-store features 0..15: float, int, bool and select operation counts
 _OUTER_PROD = 161  # per-store feature: product of the store's outer loop extents
 OBJECTIVES = ("rank:pairwise", "rank:ndcg", "reg:normalized", "reg:latency")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from database import WorkloadRecord
+from tuner.analysis_cost_model import feature_names
 from tuner.cost_model import N_FEATURES, OBJECTIVES, CostModelError, XGBCostModel, featurize, labels
 from tuner.evaluate import pairwise_accuracy, ranking_metrics, spearman, topk_score
 from tuner.search import ModelTrainer
@@ -65,6 +66,7 @@ def test_featurize_carries_the_row_of_the_store_with_the_most_arithmetic():
     vec = featurize(per_store, _workload())
     assert np.array_equal(vec[3 * 164:4 * 164], per_store[1])
     assert vec[2 * 164 + 1] == 7.0  # the max over stores still sees the epilogue
+    assert len(feature_names()) == N_FEATURES == vec.shape[0]
 
 
 def _synthetic(n_groups=6, per_group=20, seed=0):
