@@ -1,4 +1,4 @@
-"""``python -m bench [--quick [--full NAME ...]] [--only NAME ...] [--out DIR]``: run every benchmark, write BENCHMARKS.md.
+"""``python -m bench [--quick [--full NAME ...]] [--args NAME=ARGS ...] [--only NAME ...] [--out DIR]``: run every benchmark, write BENCHMARKS.md.
 
 Each benchmark runs in its own subprocess (``python -m bench.<module> [--quick]
 --json``), so one that crashes, hangs past its time limit or is missing is
@@ -16,6 +16,11 @@ others quick: the benchmarks whose full mode fits a session (extraction, service
 database: 1 to 6 minutes each on 2 cores; kernels: 15 minutes) publish their real
 figures beside the smoke runs of those that take hours. The summary table gives
 each benchmark's mode.
+
+``--args NAME=ARGS`` runs that benchmark at full size with ``ARGS`` added to its
+command line (for example ``--args layer='--trials 4 --stages prefill decode'``):
+the real shapes at a budget that fits a session where the full budget takes hours.
+Its mode in the summary is "scaled", and its section's command shows the arguments.
 """
 
 from __future__ import annotations
@@ -51,9 +56,10 @@ def _module_path(module: str) -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *module.split(".")) + ".py"
 
 
-def run_module(name: str, module: str, title: str, quick: bool, timeout_s: float, env: dict) -> BenchResult:
-    """Run ``python -m module [--quick] --json``; its result, or "not run" with the reason."""
-    cmd = [sys.executable, "-m", module] + (["--quick"] if quick else []) + ["--json"]
+def run_module(name: str, module: str, title: str, quick: bool, timeout_s: float, env: dict,
+               extra: list[str] | None = None) -> BenchResult:
+    """Run ``python -m module [--quick] [EXTRA ...] --json``; its result, or "not run" with the reason."""
+    cmd = [sys.executable, "-m", module] + (["--quick"] if quick else []) + list(extra or []) + ["--json"]
     shown = " ".join(["python", "-m", module] + cmd[3:])
     if not os.path.exists(_module_path(module)):
         return BenchResult.not_run(name, title, f"`{module}` does not exist yet.", shown)
@@ -77,6 +83,25 @@ def run_module(name: str, module: str, title: str, quick: bool, timeout_s: float
     return result
 
 
+def _parse_extra_args(parser: argparse.ArgumentParser, specs: list[str]) -> dict[str, list[str]]:
+    """``--args NAME=ARGS`` values as {name: argument list}; a parser error (exit 2) names a bad one."""
+    modules = {name: module for name, module, _ in BENCHMARKS}
+    extra = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or name not in modules:
+            parser.error(f"--args {spec!r}: expected NAME=ARGS with NAME one of {', '.join(modules)}")
+        if modules[name] is None:
+            parser.error(f"--args {name}: the cost model has no script of its own; it follows sample_efficiency")
+        try:
+            extra[name] = extra.get(name, []) + shlex.split(text)
+        except ValueError as err:
+            parser.error(f"--args {name}: {err}")
+        if "--quick" in extra[name] or "--json" in extra[name]:
+            parser.error(f"--args {name}: --quick and --json are set by python -m bench")
+    return extra
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmarks and write BENCHMARKS.md and its plots under ``--out``."""
     names = [b[0] for b in BENCHMARKS]
@@ -89,9 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=".", help="directory of BENCHMARKS.md and bench/plots/ (default: .)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds each benchmark may take (default: 240 quick, 14400 full)")
+    parser.add_argument("--args", action="append", default=[], metavar="NAME=ARGS",
+                        help="run benchmark NAME at full size with ARGS added to its command line (mode: scaled)")
     args = parser.parse_args(argv)
     if args.full and not args.quick:
         parser.error("--full names benchmarks to run at full size within a --quick run; without --quick all are")
+    extra = _parse_extra_args(parser, args.args)
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     machine = machine_info(command.strip())
     chosen = [b for b in BENCHMARKS if not args.only or b[0] in args.only]
@@ -100,14 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, BENCH_WORK_DIR=work)
         for name, module, title in chosen:
             # the cost model evaluates the sample-efficiency benchmark's database: its mode is that one's
-            quick = args.quick and (name if module else "sample_efficiency") not in args.full
+            sized_by = name if module else "sample_efficiency"
+            quick = args.quick and sized_by not in args.full and sized_by not in extra
             timeout_s = args.timeout or (240.0 if quick else 14400.0)
             print(f"[bench] {name} ...", file=sys.stderr, flush=True)
             if module is None:
                 result = run_cost_model(work, quick=quick, title=title, timeout_s=timeout_s)
             else:
-                result = run_module(name, module, title, quick, timeout_s, env)
-            result.mode = "quick" if quick else "full"
+                result = run_module(name, module, title, quick, timeout_s, env, extra.get(name))
+            result.mode = "quick" if quick else "scaled" if sized_by in extra else "full"
             print(f"[bench] {name}: {result.status} {result.reason} ({result.seconds:.0f} s)", file=sys.stderr,
                   flush=True)
             for row in result.rows:

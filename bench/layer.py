@@ -47,6 +47,7 @@ from .common import BenchResult, Row, fmt, ratio_row
 from .tuning import metaschedule_builder
 
 STAGES = ("prefill", "prefill-kv", "decode")
+FULL_TRIALS = 64  # measurements per workload for ours in the full mode
 # (stage, anchor, goal ratio anchor/ours); stages without a goal are reported only.
 GOALS = {
     ("prefill", "PyTorch eager"): 1.2,
@@ -145,7 +146,7 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
     model = model or ("qwen3-tiny" if quick else "qwen3-0.6b")
     seq_len = seq_len or (8 if quick else 128)
     kv_len = kv_len or (16 if quick else 512)
-    trials = trials if trials is not None else (2 if quick else 64)
+    trials = trials if trials is not None else (2 if quick else FULL_TRIALS)
     command = " ".join(["python", "-m", "bench.layer"] + sys.argv[1:])
     result = BenchResult(name="layer", title=f"End to end: the {model} layer per stage", command=command)
     start = time.time()
@@ -180,6 +181,9 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
                 else:
                     result.rows.append(ratio_row(what, ours, anchor, anchor_name, goal,
                                                  f"ratio >= {goal}", higher_is_better=False))
+    if not quick and trials < FULL_TRIALS:
+        result.notes.append(f"Scaled: {trials} trials per workload, below the full {FULL_TRIALS}; "
+                            "the shapes are the full ones.")
     result.notes += [
         f"{model}, float32, prefill {seq_len} tokens, prefill-kv {seq_len} over {kv_len}, decode over {kv_len}; "
         f"ours: {trials} trials per workload; MetaSchedule: the same total number of trials.",
@@ -204,7 +208,7 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny config, 2 trials: a smoke test")
-    parser.add_argument("--trials", type=int, help="measurements per workload for ours (default 64)")
+    parser.add_argument("--trials", type=int, help=f"measurements per workload for ours (default {FULL_TRIALS})")
     parser.add_argument("--model", help="model name (default qwen3-0.6b)")
     parser.add_argument("--seq-len", type=int, help="prompt (chunk) tokens (default 128)")
     parser.add_argument("--kv-len", type=int, help="KV cache tokens (default 512)")

@@ -96,3 +96,36 @@ def test_median_times_idle_before_each_repeat():
     timed = stamps[4:]  # after each contender's warm-up call and single timing call
     gaps = [later - earlier for (_, earlier), (_, later) in zip(timed, timed[1:])]
     assert len(timed) == 4 and min(gaps) >= 0.05, "every timed repeat follows an idle spell of settle_s"
+
+
+def test_args_run_a_benchmark_scaled_with_its_arguments(tmp_path, monkeypatch):
+    script = tmp_path / "echo_bench.py"
+    script.write_text(
+        "import json, sys\n"
+        "from bench.common import BenchResult\n"
+        "res = BenchResult('echo', '', notes=['argv: ' + ' '.join(sys.argv[1:])],\n"
+        "                  command='python -m echo_bench ' + ' '.join(sys.argv[1:]))\n"
+        "print(json.dumps(res.to_json()))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr("bench.__main__.BENCHMARKS", [("echo", "echo_bench", "Echo"), ("quiet", "echo_bench", "Quiet")])
+    monkeypatch.setattr("bench.__main__._module_path", lambda module: str(script))
+    assert main(["--quick", "--args", "echo=--trials 4 --stages 'prefill decode'", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "| [Echo](#echo) | scaled | ok | 0 | 0 |" in text
+    assert "| [Quiet](#quiet) | quick | ok | 0 | 0 |" in text
+    assert "argv: --trials 4 --stages prefill decode --json" in text
+    assert "argv: --quick --json" in text
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("layer", "expected NAME=ARGS"),
+    ("nope=--trials 4", "expected NAME=ARGS"),
+    ("cost_model=--trials 4", "the cost model has no script of its own"),
+    ("layer=--quick", "--quick and --json are set by python -m bench"),
+    ("layer=--stages 'decode", "No closing quotation"),
+])
+def test_bad_args_are_one_line_errors(spec, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quick", "--args", spec])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
