@@ -181,12 +181,11 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
                 else:
                     result.rows.append(ratio_row(what, ours, anchor, anchor_name, goal,
                                                  f"ratio >= {goal}", higher_is_better=False))
-    if not quick and trials < FULL_TRIALS:
-        result.notes.append(f"Scaled: {trials} trials per workload, below the full {FULL_TRIALS}; "
-                            "the shapes are the full ones.")
+    scaled = f" (below the full mode's {FULL_TRIALS})" if not quick and trials < FULL_TRIALS else ""
     result.notes += [
         f"{model}, float32, prefill {seq_len} tokens, prefill-kv {seq_len} over {kv_len}, decode over {kv_len}; "
-        f"ours: {trials} trials per workload; MetaSchedule: the same total number of trials.",
+        f"stages run: {', '.join(stages)}; ours: {trials} trials per workload{scaled}; "
+        "MetaSchedule: the same total number of trials.",
         f"Roofline of this machine: {fmt(roofline.peak_flops_per_s / 1e9)} GFLOP/s, "
         f"{fmt(roofline.bandwidth_bytes_per_s / 1e9)} GB/s (measured in this run).",
         "Medians of repeats; the machine may be shared and loaded (see the load average).",
