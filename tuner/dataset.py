@@ -59,6 +59,15 @@ class Dataset:
         return len(set(self.groups.tolist()))
 
 
+def load_repeats(db, target_hash: str) -> dict[str, tuple[float, ...]]:
+    """Each measured candidate's repeat times in seconds on ``target_hash``: its ``ok`` measurements', oldest first."""
+    repeats: dict[str, list[float]] = defaultdict(list)
+    for record, _ in db.measure_results(target_hash):
+        if record.status == "ok":
+            repeats[record.candidate_hash] += record.times_s
+    return {c: tuple(t) for c, t in repeats.items()}
+
+
 def parse_kernel(script: str) -> tvm.tirx.PrimFunc:
     """The PrimFunc of a workload's stored TVMScript (a module's ``main`` when the script is a module)."""
     parsed = tvm.script.from_source(script)

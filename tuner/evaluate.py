@@ -22,6 +22,11 @@ order, beside the few GEMMs, reductions and attention kernels that hold its
 time. Models: XGBoost with each objective of ``tuner.cost_model.OBJECTIVES``,
 scikit-learn's random forest and ridge regression on per-workload normalised
 throughput, and a random ranking.
+
+Beside the models, :func:`repeat_agreement` gives the same figures for the
+measurements themselves: how well the first half of each candidate's repeat
+times orders the candidates by the second half. A model judged against such
+noisy labels is not expected to do better than a second measurement would.
 """
 
 from __future__ import annotations
@@ -176,6 +181,35 @@ def evaluate_transfer(train: Dataset, test: Dataset, models: tuple[str, ...] = M
         score = fit_scorer(name, train.X, train.latency_s, train.groups, seed, xgb_params)(test.X[keep])
         results[name] = _metrics(test.latency_s[keep], score, test.groups[keep], test.kinds[keep])
     return results
+
+
+def repeat_agreement(repeats: dict[str, tuple[float, ...]], data: Dataset,
+                     rows: np.ndarray | None = None) -> dict:
+    """The figures of :func:`evaluate` for the measurements themselves: their first half against their second.
+
+    ``repeats`` maps a candidate hash to its repeat times in seconds, in the order
+    they were measured (every ``ok`` measurement on the target, oldest first; see
+    :func:`tuner.dataset.load_repeats`). For each row of ``data`` (or of the
+    boolean mask ``rows`` [len(data)]) whose candidate has at least two repeat times,
+    the median of the first ``ceil(n / 2)`` scores it (its negative: higher is
+    faster) and the median of the rest is its latency; rows with fewer are left
+    out. The halves of a candidate measured again in a later session fall mostly
+    in different sessions, so they carry that session-to-session noise too; the
+    halves of one measurement only the noise within it.
+
+    Returns ``{top1, top5, pairwise, spearman, workloads, by_kind}`` as one model of
+    :func:`evaluate` does.
+    """
+    rows = np.ones(len(data), bool) if rows is None else np.asarray(rows, bool)
+    idx = [i for i in np.flatnonzero(rows) if len(repeats.get(data.candidate_hashes[i], ())) >= 2]
+    first, second = [], []
+    for i in idx:
+        times = np.asarray(repeats[data.candidate_hashes[i]], np.float64)
+        half = (len(times) + 1) // 2
+        first.append(np.median(times[:half]))
+        second.append(np.median(times[half:]))
+    idx = np.array(idx, np.int64)
+    return _metrics(np.array(second), -np.array(first), data.groups[idx], data.kinds[idx])
 
 
 def unseen_workloads(train: Dataset, test: Dataset) -> np.ndarray:

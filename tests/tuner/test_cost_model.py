@@ -144,3 +144,25 @@ def test_evaluation_reports_each_op_kind_on_its_own():
         # each kind's figure is the mean over its workloads, so the overall mean lies between them
         lo, hi = sorted(m["by_kind"][k]["pairwise"] for k in ("matmul", "reduction"))
         assert lo - 1e-12 <= m["pairwise"] <= hi + 1e-12, name
+
+
+def test_repeat_agreement_ranks_each_candidate_by_its_first_half_against_its_second():
+    from tuner.dataset import Dataset
+    from tuner.evaluate import repeat_agreement
+
+    hashes = np.array(["a", "b", "c", "d", "e"], dtype=object)
+    groups = np.array(["w0", "w0", "w1", "w1", "w1"], dtype=object)
+    data = Dataset(np.zeros((5, N_FEATURES), np.float32), np.ones(5), groups, hashes,
+                   np.array(["matmul"] * 5, dtype=object))
+    repeats = {
+        "a": (1.0, 1.0, 2.0, 2.0),  # w0: the halves disagree (a first faster, then slower than b)
+        "b": (1.5, 1.5, 1.5),       # 3 repeats: first half (1.5, 1.5), second (1.5,)
+        "c": (1.0, 1.1), "d": (2.0, 2.1),  # w1: the halves agree
+        "e": (0.5,),                # one repeat: cannot be split, left out
+    }
+    out = repeat_agreement(repeats, data)
+    assert out["workloads"] == 2
+    assert out["pairwise"] == pytest.approx((0.0 + 1.0) / 2)
+    assert out["top1"] == pytest.approx((1.5 / 2.0 + 1.0) / 2)  # w0's first half picks a: 2.0 by the second
+    only_w1 = repeat_agreement(repeats, data, rows=groups == "w1")
+    assert only_w1["workloads"] == 1 and only_w1["pairwise"] == 1.0 and only_w1["by_kind"]["matmul"]["workloads"] == 1

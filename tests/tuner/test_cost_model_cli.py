@@ -101,6 +101,8 @@ def test_eval_compares_models_on_held_out_workloads(tuned):
         assert 0 < m["top1"] <= m["top5"] <= 1.0
         assert 0 <= m["pairwise"] <= 1 and -1 <= m["spearman"] <= 1
         assert m["by_kind"]["matmul"]["workloads"] == 3  # every workload here is a matmul
+    agree = out["repeat_agreement"]  # three repeats each: first two against the third
+    assert agree["workloads"] == 3 and 0 < agree["top1"] <= 1.0 and 0 <= agree["pairwise"] <= 1
 
 
 def test_eval_takes_the_booster_size(tuned):
@@ -123,6 +125,7 @@ def test_eval_and_simulate_trained_on_another_database_judge_only_unseen_workloa
     for name in ("xgb:reg:latency", "random"):
         m = out["models"][name]
         assert m["workloads"] == 2 and 0 < m["top1"] <= m["top5"] <= 1.0
+    assert out["repeat_agreement"]["workloads"] == 2  # the measurements judged on the same unseen workloads
     replay = invoke("simulate", "--db", url, "--train-db", earlier, "--target", TARGET, "--seeds", "1",
                     "--strategies", "random,warm")
     assert replay["workloads"] == 2 and all(v[-1] == pytest.approx(1.0) for v in replay["curves"].values())

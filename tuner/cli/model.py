@@ -164,6 +164,10 @@ def train_command(
            f"pairwise {_fmt(m.get('pairwise'))}, Spearman {_fmt(m.get('spearman'))}"])
 
 
+#: the row of ``tune model eval`` that judges the measurements themselves (:func:`tuner.evaluate.repeat_agreement`)
+REPEATS_ROW = "repeat halves"
+
+
 @model_app.command("eval")
 def eval_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
@@ -174,9 +178,9 @@ def eval_command(
     train_db: Annotated[str | None, typer.Option("--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it never measured (default: hold out workloads of --db in turn). --target and --key choose the target in both databases.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman."""
-    from ..dataset import load_dataset
-    from ..evaluate import MODELS, evaluate, evaluate_transfer, unseen_workloads
+    """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman; and the measurements themselves (repeat halves)."""
+    from ..dataset import load_dataset, load_repeats
+    from ..evaluate import MODELS, evaluate, evaluate_transfer, repeat_agreement, unseen_workloads
 
     chosen = tuple(m.strip() for m in models.split(",")) if models else MODELS
     unknown = [m for m in chosen if m not in MODELS]
@@ -190,10 +194,12 @@ def eval_command(
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         data = load_dataset(database, record.target_hash, tvm_target)
+        repeats = load_repeats(database, record.target_hash)
     extra = {}
+    judged = None
     if train is not None:
         results = evaluate_transfer(train, data, chosen, seed=seed, xgb_params=xgb_params)
-        mask = unseen_workloads(train, data)
+        mask = judged = unseen_workloads(train, data)
         unseen = len(set(data.groups[mask].tolist()))
         extra = {"train_records": len(train), "train_workloads": train.n_workloads, "unseen_workloads": unseen,
                  "judged_records": int(mask.sum())}
@@ -206,13 +212,17 @@ def eval_command(
                              f"this target has {data.n_workloads}")
         results = evaluate(data, chosen, seed=seed, xgb_params=xgb_params)
         head = "held-out workloads:"
+    agreement = repeat_agreement(repeats, data, judged)
+    shown = {**results, REPEATS_ROW: agreement}
     lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads ({data.skipped} skipped); {head}",
              f"{'model':<20} {'top-1':>7} {'top-5':>7} {'pairwise':>9} {'spearman':>9}"]
     lines += [f"{name:<20} {_fmt(r['top1']):>7} {_fmt(r['top5']):>7} {_fmt(r['pairwise']):>9} "
-              f"{_fmt(r['spearman']):>9}" for name, r in results.items()]
-    lines += _by_kind_lines(results)
+              f"{_fmt(r['spearman']):>9}" for name, r in shown.items()]
+    lines.append(f"({REPEATS_ROW}: the first half of each candidate's repeat times ranking it by the second, "
+                 f"{agreement['workloads']} workloads; the agreement of two measurements)")
+    lines += _by_kind_lines(shown)
     _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
-                    "skipped": data.skipped, **extra, "models": results}, lines)
+                    "skipped": data.skipped, **extra, "models": results, "repeat_agreement": agreement}, lines)
 
 
 def _by_kind_lines(results: dict) -> list[str]:
