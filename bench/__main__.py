@@ -119,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.full and not args.quick:
         parser.error("--full names benchmarks to run at full size within a --quick run; without --quick all are")
+    if args.timeout is not None and not args.timeout > 0:
+        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     extra = _parse_extra_args(parser, args.args)
+    left_out = [name for name in extra if args.only and name not in args.only]
+    if left_out:
+        parser.error(f"--args {left_out[0]}: that benchmark is not chosen by --only")
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     machine = machine_info(command.strip())
     chosen = [b for b in BENCHMARKS if not args.only or b[0] in args.only]

@@ -129,3 +129,16 @@ def test_bad_args_are_one_line_errors(spec, message, capsys):
         main(["--quick", "--args", spec])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--timeout", "-5", "--only", "database"], "--timeout must be a positive number of seconds, got -5"),
+    (["--timeout", "0", "--only", "database"], "--timeout must be a positive number of seconds, got 0"),
+    (["--only", "database", "--args", "layer=--trials 4"], "--args layer: that benchmark is not chosen by --only"),
+])
+def test_bad_options_are_refused_before_anything_runs(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "BENCHMARKS.md").exists()

@@ -72,3 +72,13 @@ def test_read_only_database_is_not_half_upgraded(monkeypatch, capsys, tmp_path):
 
 def test_best_without_a_selection(monkeypatch, capsys, tmp_path):
     assert_one_line(*tune_db(monkeypatch, capsys, "best", "--db", f"sqlite:///{tmp_path / 't.db'}"), "--model")
+
+
+def test_export_into_a_file_is_one_line(monkeypatch, capsys, tmp_path):
+    a_file = tmp_path / "not-a-directory"
+    a_file.write_text("x")
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    open_database(db).close()
+    assert_one_line(*tune_db(monkeypatch, capsys, "export", str(a_file), "--db", db),
+                    "cannot write a MetaSchedule database in")
+    assert a_file.read_text() == "x"

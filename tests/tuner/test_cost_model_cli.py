@@ -206,7 +206,10 @@ def test_bad_input_is_one_line(tuned, tmp_path):
                    "no measurements for target", "num-cores")
     for args, needle in ((("model", "train", "--objective", "reg:magic"), "unknown objective"),
                          (("simulate", "--strategies", "psychic"), "unknown strategy"),
-                         (("simulate", "--explore", "2"), "--explore"),
+                         (("simulate", "--explore", "2"), "--explore must lie within"),
+                         (("simulate", "--batch-size", "0"), "--batch-size must be at least 1"),
+                         (("simulate", "--seeds", "0"), "--seeds must be at least 1"),
+                         (("simulate", "--trials", "-1"), "--trials must be at least 1"),
                          (("model", "eval", "--models", "oracle"), "unknown model"),
                          (("model", "eval", "--trees", "0"), "--trees must be at least 2")):
         with pytest.raises(ValueError, match=needle):

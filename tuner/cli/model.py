@@ -218,8 +218,8 @@ def eval_command(
              f"{'model':<20} {'top-1':>7} {'top-5':>7} {'pairwise':>9} {'spearman':>9}"]
     lines += [f"{name:<20} {_fmt(r['top1']):>7} {_fmt(r['top5']):>7} {_fmt(r['pairwise']):>9} "
               f"{_fmt(r['spearman']):>9}" for name, r in shown.items()]
-    lines.append(f"({REPEATS_ROW}: the first half of each candidate's repeat times ranking it by the second, "
-                 f"{agreement['workloads']} workloads; the agreement of two measurements)")
+    lines.append(f"({REPEATS_ROW}: how well two measurements agree: the candidates ranked by the first half of "
+                 f"their repeat times, judged by the second half; {agreement['workloads']} workloads)")
     lines += _by_kind_lines(shown)
     _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
                     "skipped": data.skipped, **extra, "models": results, "repeat_agreement": agreement}, lines)

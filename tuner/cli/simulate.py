@@ -51,8 +51,12 @@ def simulate_command(
         raise ValueError(f"unknown strategy {bad[0]!r}; choose from {', '.join(STRATEGIES)}")
     batches = [int(b) for b in _floats(batch_size, "--batch-size")]
     shares = _floats(explore, "--explore")
-    if any(b < 1 for b in batches) or any(not 0 <= e <= 1 for e in shares) or seeds < 1:
-        raise ValueError("--batch-size must be >= 1, --explore within [0, 1], --seeds >= 1")
+    for bad, message in ((any(b < 1 for b in batches), f"--batch-size must be at least 1, got {batch_size}"),
+                         (any(not 0 <= e <= 1 for e in shares), f"--explore must lie within [0, 1], got {explore}"),
+                         (seeds < 1, f"--seeds must be at least 1, got {seeds}"),
+                         (trials is not None and trials < 1, f"--trials must be at least 1, got {trials}")):
+        if bad:
+            raise ValueError(message)
     grid = [("random", b, 1.0) for b in batches[:1] if "random" in names]
     grid += [(n, b, e) for n in names if n != "random" for b in batches for e in shares]
     train = None if train_db is None else load_training_set(train_db, db, target, key)
