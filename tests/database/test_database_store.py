@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
+from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from database import DatabaseError, GraphCandidateRecord, open_database
 from database.models import TuningSession
@@ -183,11 +183,13 @@ def _session_status(db, session_id):
 
 def test_session_lifecycle(db):
     old = db.start_session({"model": "x", "path": object()}, "hf:tiny", "m1")
-    time.sleep(0.4)
     fresh = db.start_session({}, "hf:tiny", "m1", code_version="test")
     db.heartbeat(fresh)
-    assert db.mark_stale_sessions_interrupted(older_than_s=3600) == 0
-    assert db.mark_stale_sessions_interrupted(older_than_s=0.3) == 1
+    with db._engine.begin() as conn:  # the old session last beat two hours ago (no sleep: a loaded machine can't flake it)
+        beat = conn.scalar(select(TuningSession.heartbeat_at).where(TuningSession.id == old))
+        conn.execute(update(TuningSession).where(TuningSession.id == old).values(heartbeat_at=beat - timedelta(hours=2)))
+    assert db.mark_stale_sessions_interrupted(older_than_s=3 * 3600) == 0
+    assert db.mark_stale_sessions_interrupted(older_than_s=3600) == 1
     assert _session_status(db, old) == "interrupted"
     assert _session_status(db, fresh) == "running"
     db.finish_session(fresh, "finished")
