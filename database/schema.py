@@ -76,8 +76,8 @@ def _is_known(revision: str) -> bool:
         return False
 
 
-def ensure_schema(engine: Engine) -> str:
-    """Check the schema revision of an engine's database; create it when empty.
+def ensure_schema(engine: Engine, create: bool = True) -> str:
+    """Check the schema revision of an engine's database; create it when empty and ``create`` is true.
 
     Returns
     -------
@@ -87,11 +87,15 @@ def ensure_schema(engine: Engine) -> str:
     Raises
     ------
     DatabaseError
-        When the schema is older or newer than the code, or tables exist without
-        a recorded revision.
+        When the schema is older or newer than the code, tables exist without
+        a recorded revision, or the database has no tuning tables and ``create``
+        is false.
     """
     with transaction(engine, write=False) as conn:
         revision = current_revision(conn)
+        if revision is None and not create and not _has_tune_tables(conn):
+            raise DatabaseError(f"{display_url(engine.url)} holds no tuning database (no tuning tables); "
+                                f"a tune run creates one")
     if revision is None:
         # Decide under the lock: another client may be creating the schema right now, and
         # outside it two reads can see its tables without its revision (READ COMMITTED).

@@ -202,14 +202,18 @@ def _hint(reason: str) -> str:
     return next((hint for needle, hint in _HINTS if needle in lowered), "")
 
 
-def open_database(url: str | None = None) -> Database:
-    """Open the tuning database, creating its schema when the database is empty.
+def open_database(url: str | None = None, create: bool = True) -> Database:
+    """Open the tuning database, creating its schema when the database is empty and ``create`` is true.
 
     Parameters
     ----------
     url : str, optional
         A SQLAlchemy URL; when None, ``TUNE_DB`` from the environment, else
         ``sqlite:///tune.db`` in the current directory.
+    create : bool
+        Create the schema in a database that has none. False for commands that
+        only read: they refuse a database no tuning run wrote to instead of
+        adding tables to it.
 
     Returns
     -------
@@ -219,8 +223,9 @@ def open_database(url: str | None = None) -> Database:
     Raises
     ------
     DatabaseError
-        When the database cannot be reached, is not a database, or its schema
-        is older (run ``tune db upgrade``) or newer than this code.
+        When the database cannot be reached, is not a database, has no tuning
+        schema and ``create`` is false, or its schema is older (run
+        ``tune db upgrade``) or newer than this code.
     """
     from .schema import ensure_schema
     from .store import Database
@@ -228,7 +233,7 @@ def open_database(url: str | None = None) -> Database:
     parsed = resolve_url(url)
     engine = create_engine_for(parsed)
     try:
-        ensure_schema(engine)
+        ensure_schema(engine, create=create)
     except BaseException:
         engine.dispose()
         raise

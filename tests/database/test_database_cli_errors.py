@@ -52,6 +52,24 @@ def test_not_a_database(monkeypatch, capsys, tmp_path):
     assert path.read_text() == "these are notes, not a database\n" * 20
 
 
+
+@pytest.mark.parametrize("command", [["stats"], ["best", "--model", "qwen3-0.6b"], ["export", "out"]])
+def test_reading_commands_add_nothing_to_another_database(monkeypatch, capsys, tmp_path, command):
+    other, empty = tmp_path / "other.db", tmp_path / "empty.db"
+    engine = create_engine(f"sqlite:///{other}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE notes (body TEXT)"))
+    engine.dispose()
+    empty.touch()
+    for path in (other, empty):
+        before = path.read_bytes()
+        args = [a if a != "out" else str(tmp_path / "out") for a in command]
+        assert_one_line(*tune_db(monkeypatch, capsys, *args, "--db", f"sqlite:///{path}"), "holds no tuning database")
+        assert path.read_bytes() == before
+    assert not (tmp_path / "out").exists()
+    assert_one_line(*tune_db(monkeypatch, capsys, "stats", "--db", f"sqlite:///{tmp_path / 'missing.db'}"), "no database at")
+    assert not (tmp_path / "missing.db").exists()
+
 def test_read_only_database_is_not_half_upgraded(monkeypatch, capsys, tmp_path):
     path = tmp_path / "tune.db"
     upgrade(f"sqlite:///{path}", "0001")

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
+from .existing import DbOption, existing_database
+
 db_app = typer.Typer(help="Migrate and inspect the tuning database.", pretty_exceptions_show_locals=False,
                      no_args_is_help=True)
-
-DbOption = Annotated[str | None, typer.Option("--db", envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db).")]
 
 
 @db_app.command("upgrade")
@@ -29,14 +29,9 @@ def stats_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Row counts per table."""
-    from database import open_database
-
-    database = open_database(db)
-    try:
+    with existing_database(db) as database:
         stats = database.stats()
         url = database.url_display
-    finally:
-        database.close()
     if as_json:
         sys.stdout.write(json.dumps({"db": url, "rows": stats}) + "\n")
         return
@@ -53,14 +48,13 @@ def best_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The best measured schedule per workload and target (median seconds, GFLOP/s, trials)."""
-    from database import open_database, sha256_text
+    from database import sha256_text
 
     from .errors import fail
 
     if model is None and workload is None:
         fail("name what to show: --model MODEL or --workload HASH")
-    database = open_database(db)
-    try:
+    with existing_database(db) as database:
         workloads = database.find_workloads(model=model, workload=workload)
         rows = []
         for target in database.targets():
@@ -79,8 +73,6 @@ def best_command(
                     "trace_sha256": sha256_text(candidate.trace_json) if candidate else None,
                 })
         url = database.url_display
-    finally:
-        database.close()
     if not workloads:
         fail(f"no workload matches {'--model ' + model if model else '--workload ' + str(workload)} in {url}")
     if as_json:
@@ -123,12 +115,8 @@ def export_command(
     db: DbOption = None,
 ) -> None:
     """Export every measurement as a TVM MetaSchedule JSON database."""
-    from database import open_database
     from database.interop import export_metaschedule
 
-    database = open_database(db)
-    try:
+    with existing_database(db) as database:
         counts = export_metaschedule(database, directory)
-    finally:
-        database.close()
     typer.echo(f"{counts['records']} records of {counts['workloads']} workloads written to {directory}")

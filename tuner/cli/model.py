@@ -5,46 +5,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 
+from .existing import DbOption, existing_database
+
 model_app = typer.Typer(help="Train, evaluate and list cost models.", pretty_exceptions_show_locals=False,
                         no_args_is_help=True)
 
-DbOption = Annotated[str | None, typer.Option("--db", envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db).")]
 TargetOption = Annotated[str | None, typer.Option(help='Target as TVM JSON, as given to tune run. Default: this CPU.')]
 KeyOption = Annotated[str | None, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key of the device pool (default: the embedded worker's).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-
-
-@contextmanager
-def existing_database(url: str | None, option: str = "--db"):
-    """Open a database that must already exist (a missing SQLite file is an error, not a new database).
-
-    ``option`` is the command-line option that gave ``url``; errors name it.
-
-    Raises
-    ------
-    ValueError
-        The URL is malformed or the SQLite file does not exist.
-    """
-    from database import DatabaseError, open_database
-    from database.session import resolve_url
-
-    try:
-        parsed = resolve_url(url)
-    except DatabaseError as exc:
-        raise ValueError(f"{option}: {exc}") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
-            and not os.path.exists(parsed.database):
-        raise ValueError(f"no database at {parsed.database}: give {option} the URL a tune run wrote to")
-    db = open_database(url)
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 def select_target(db, target: str | None, key: str | None, where: str = "this database"):

@@ -8,15 +8,8 @@ from typing import Annotated
 
 import typer
 
-from .model import (
-    DbOption,
-    JsonOption,
-    KeyOption,
-    TargetOption,
-    existing_database,
-    load_training_set,
-    select_target,
-)
+from .existing import DbOption, existing_database
+from .model import JsonOption, KeyOption, TargetOption, load_training_set, select_target
 
 
 def _floats(text: str, what: str) -> list[float]:
