@@ -195,10 +195,11 @@ class TuneRun:
             )
         if o.tracker:  # fail fast on a bad or unreachable tracker, before any heavy work
             wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
-        with self.progress.status("importing the model"):
-            model = load_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers, seed=o.seed)
-        db = open_database(o.db)
+        db = open_database(o.db)  # before the model import, which takes minutes for a large model
         try:
+            with self.progress.status("importing the model"):
+                model = load_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
+                                   seed=o.seed)
             return self._run(db, model, target)
         finally:
             db.close()

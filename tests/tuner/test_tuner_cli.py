@@ -57,6 +57,13 @@ def test_unwritable_database_path(tmp_path):
     assert_one_line_error(proc)
 
 
+def test_database_is_checked_before_the_model_import(tmp_path):
+    """A bad --db is reported before the (slow) model import: here the model name is bad too."""
+    (tmp_path / "file").write_text("a file, not a directory")
+    proc = tune("run", "no-such-model", "-q", "--db", f"sqlite:///{tmp_path}/file/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, "t.db")
+
+
 def test_recorded_results_survive_a_failed_run(tmp_path):
     """A run that fails (here: an unreachable tracker) leaves an existing database as it was."""
     db = tmp_path / "t.db"
