@@ -26,6 +26,9 @@ Its mode in the summary is "scaled", and its section's command shows the argumen
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import io
 import json
 import os
 import shlex
@@ -102,6 +105,23 @@ def _parse_extra_args(parser: argparse.ArgumentParser, specs: list[str]) -> dict
     return extra
 
 
+def _refused(module: str, argv: list[str]) -> str | None:
+    """What the benchmark ``module``'s own parser says of ``argv`` (argparse's error message), or None if it takes it.
+
+    Checked before any benchmark runs, so a typo in ``--args`` for a later one does not
+    surface after the earlier ones have spent their time.
+    """
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            importlib.import_module(module).parse_args(argv + ["--json"])
+    except SystemExit as exc:
+        if exc.code:
+            lines = [line for line in errors.getvalue().splitlines() if line.strip()]
+            return lines[-1].split(" error: ", 1)[-1] if lines else f"refused (exit {exc.code})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmarks and write BENCHMARKS.md and its plots under ``--out``."""
     names = [b[0] for b in BENCHMARKS]
@@ -125,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     left_out = [name for name in extra if args.only and name not in args.only]
     if left_out:
         parser.error(f"--args {left_out[0]}: that benchmark is not chosen by --only")
+    for name, argv_extra in extra.items():
+        problem = _refused(dict((n, m) for n, m, _ in BENCHMARKS)[name], argv_extra)
+        if problem:
+            parser.error(f"--args {name}: {problem}")
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     machine = machine_info(command.strip())
     chosen = [b for b in BENCHMARKS if not args.only or b[0] in args.only]

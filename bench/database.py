@@ -135,8 +135,8 @@ def run(url: str, label: str, data, repeats: int) -> dict:
     return figures
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.database [--quick] [--workloads W] [--candidates C] [--repeats R] [--postgres URL] [--json]``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``python -m bench.database``'s command line; a bad one exits 2 with argparse's error."""
     parser = argparse.ArgumentParser(prog="python -m bench.database", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 workloads x 500 candidates (20,000 rows), a smoke run")
     parser.add_argument("--workloads", type=int, default=None, help="default 500 (20 with --quick)")
@@ -146,7 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", default=os.environ.get("TUNE_TEST_POSTGRES_URL"),
                         help="a PostgreSQL URL whose database may hold a scratch schema (dropped after)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object (bench.common)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.database [--quick] [--workloads W] [--candidates C] [--repeats R] [--postgres URL] [--json]``."""
+    args = parse_args(argv)
     workloads = args.workloads or (20 if args.quick else 500)
     candidates = args.candidates or (500 if args.quick else 1000)
     started = time.perf_counter()

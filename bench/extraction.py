@@ -119,8 +119,8 @@ def _result(model_name: str, one: dict, many: dict):
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.extraction [--quick] [--model M] [--layers N] [--seq-len S] [--repeats R] [--json]``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``python -m bench.extraction``'s command line; a bad one exits 2 with argparse's error."""
     parser = argparse.ArgumentParser(prog="python -m bench.extraction", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat, a smoke run")
     parser.add_argument("--model", default="qwen3-0.6b")
@@ -128,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=None, help="default 5 (1 with --quick)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object (bench.common)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.extraction [--quick] [--model M] [--layers N] [--seq-len S] [--repeats R] [--json]``."""
+    args = parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 5)
     started = time.perf_counter()
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print

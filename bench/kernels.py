@@ -130,13 +130,18 @@ def _g(value: float | None) -> float | None:
     return value / 1e9 if value is not None else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.kernels [--quick] [--trials N] [--json]``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``python -m bench.kernels``'s command line; a bad one exits 2 with argparse's error."""
     parser = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few trials (a smoke run)")
     parser.add_argument("--trials", type=int, default=None, help="trials per kernel")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.kernels [--quick] [--trials N] [--json]``."""
+    args = parse_args(argv)
     result = run(quick=args.quick, trials=args.trials)
     result.command = "python -m bench.kernels " + " ".join(argv if argv is not None else sys.argv[1:])
     print(json.dumps(result.to_json()) if args.json else json.dumps(result.to_json(), indent=2))

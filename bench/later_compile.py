@@ -273,8 +273,8 @@ def _ms(seconds: float | None) -> float | None:
     return seconds * 1e3 if seconds is not None else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.later_compile [--quick] [--json]``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``python -m bench.later_compile``'s command line; a bad one exits 2 with argparse's error."""
     parser = argparse.ArgumentParser(prog="python -m bench.later_compile", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes, --trials 0 only, no MetaSchedule (a smoke run)")
     parser.add_argument("--repeat", type=int, default=10, help="timing repeats (medians)")
@@ -285,11 +285,18 @@ def main(argv: list[str] | None = None) -> int:
                             f"{FULL[name + '_trials']}; smaller budgets are stated in the notes)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
+    if args.quick and any(v is not None for v in (args.stages, args.source_trials, args.warm_trials,
+                                              args.cold_trials)):
+        parser.error("--quick takes no budget or stage options")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.later_compile [--quick] [--json]``."""
+    args = parse_args(argv)
     overrides = {k: v for k, v in (("stages", tuple(args.stages) if args.stages else None),
                                    ("source_trials", args.source_trials), ("warm_trials", args.warm_trials),
                                    ("cold_trials", args.cold_trials)) if v is not None}
-    if args.quick and overrides:
-        parser.error("--quick takes no budget or stage options")
     result = run(quick=args.quick, repeat=args.repeat, overrides=overrides)
     result.command = "python -m bench.later_compile " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.json:

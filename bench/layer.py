@@ -204,8 +204,9 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``python -m bench.layer``'s command line; a bad one exits 2 with argparse's error."""
+    parser = argparse.ArgumentParser(prog="python -m bench.layer", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny config, 2 trials: a smoke test")
     parser.add_argument("--trials", type=int, help=f"measurements per workload for ours (default {FULL_TRIALS})")
     parser.add_argument("--model", help="model name (default qwen3-0.6b)")
@@ -215,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", nargs="+", choices=STAGES, help="default: all (prefill only with --quick)")
     parser.add_argument("--no-metaschedule", action="store_true", help="skip the tune_relax anchor")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.layer [--quick] [--trials N] [--stages S ...] [--json]``."""
+    args = parse_args(argv)
     stages = tuple(args.stages or (("prefill",) if args.quick else STAGES))
     result = run(args.quick, args.trials, args.model, args.seq_len, args.kv_len, args.repeat,
                  stages, not (args.no_metaschedule or args.quick))

@@ -155,12 +155,17 @@ def _ms(seconds: float | None) -> float | None:
     return seconds * 1e3 if seconds is not None else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.sample_efficiency [--quick] [--json]``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``python -m bench.sample_efficiency``'s command line; a bad one exits 2 with argparse's error."""
     parser = argparse.ArgumentParser(prog="python -m bench.sample_efficiency", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small kernel, budgets 8 and 16 (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.sample_efficiency [--quick] [--json]``."""
+    args = parse_args(argv)
     result = run(quick=args.quick)
     result.command = "python -m bench.sample_efficiency " + " ".join(argv if argv is not None else sys.argv[1:])
     print(json.dumps(result.to_json()) if args.json else json.dumps(result.to_json(), indent=2))

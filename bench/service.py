@@ -183,14 +183,19 @@ def run(quick: bool = False, n: int = 128, rounds: int | None = None) -> BenchRe
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.service [--quick] [--n N] [--rounds R] [--json]``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``python -m bench.service``'s command line; a bad one exits 2 with argparse's error."""
     parser = argparse.ArgumentParser(prog="python -m bench.service", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer candidates and passes (a smoke run)")
     parser.add_argument("--n", type=int, default=128, help="matmul size")
     parser.add_argument("--rounds", type=int, default=None, help="passes per contender")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.service [--quick] [--n N] [--rounds R] [--json]``."""
+    args = parse_args(argv)
     started = time.perf_counter()
     result = run(quick=args.quick, n=args.n, rounds=args.rounds)
     result.command = "python -m bench.service " + " ".join(argv if argv is not None else sys.argv[1:])

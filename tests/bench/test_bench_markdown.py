@@ -103,10 +103,14 @@ def test_args_run_a_benchmark_scaled_with_its_arguments(tmp_path, monkeypatch):
     script.write_text(
         "import json, sys\n"
         "from bench.common import BenchResult\n"
-        "res = BenchResult('echo', '', notes=['argv: ' + ' '.join(sys.argv[1:])],\n"
-        "                  command='python -m echo_bench ' + ' '.join(sys.argv[1:]))\n"
-        "print(json.dumps(res.to_json()))\n")
+        "def parse_args(argv):\n"
+        "    return argv\n"
+        "if __name__ == '__main__':\n"
+        "    res = BenchResult('echo', '', notes=['argv: ' + ' '.join(sys.argv[1:])],\n"
+        "                      command='python -m echo_bench ' + ' '.join(sys.argv[1:]))\n"
+        "    print(json.dumps(res.to_json()))\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.syspath_prepend(str(tmp_path))  # python -m bench checks --args with the module's parse_args
     monkeypatch.setattr("bench.__main__.BENCHMARKS", [("echo", "echo_bench", "Echo"), ("quiet", "echo_bench", "Quiet")])
     monkeypatch.setattr("bench.__main__._module_path", lambda module: str(script))
     assert main(["--quick", "--args", "echo=--trials 4 --stages 'prefill decode'", "--out", str(tmp_path)]) == 0
@@ -135,6 +139,9 @@ def test_bad_args_are_one_line_errors(spec, message, capsys):
     (["--timeout", "-5", "--only", "database"], "--timeout must be a positive number of seconds, got -5"),
     (["--timeout", "0", "--only", "database"], "--timeout must be a positive number of seconds, got 0"),
     (["--only", "database", "--args", "layer=--trials 4"], "--args layer: that benchmark is not chosen by --only"),
+    (["--quick", "--args", "layer=--nosuch"], "--args layer: unrecognized arguments: --nosuch"),
+    (["--quick", "--args", "later_compile=--stages train"], "--args later_compile: argument --stages: invalid choice"),
+    (["--quick", "--args", "service=--n ten"], "--args service: argument --n: invalid int value: 'ten'"),
 ])
 def test_bad_options_are_refused_before_anything_runs(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
