@@ -127,6 +127,14 @@ class RunSummary:
         return data
 
 
+#: what ``tune run`` says on a first SIGINT or SIGTERM, by phase
+_STOP_NOTES = {
+    "prepare": "stopping after the step in progress (nothing is measured yet); every recorded result is kept",
+    "tune": "stopping: the batch in flight is dropped, every recorded result is kept",
+    "finish": "tuning is done: the final compile and timing run to the end (a second signal stops at once)",
+}
+
+
 def default_target() -> dict:
     """This machine's CPU as an LLVM target, with all its cores."""
     return {"kind": "llvm", "mcpu": host_cpu(), "num-cores": os.cpu_count() or 1}
@@ -157,6 +165,7 @@ class TuneRun:
         self.search_config = SearchConfig(trials=options.trials, batch_size=options.batch_size, seed=options.seed,
                                           confirm_top=options.confirm_top)
         self._stop = threading.Event()
+        self._phase = "prepare"  # "prepare", "tune" or "finish": what a stop signal lets complete
 
     def run(self) -> RunSummary:
         """Tune, compile, verify and time; see the module docstring.
@@ -164,7 +173,9 @@ class TuneRun:
         SIGINT or SIGTERM stops the run at the next batch boundary: the batch in
         flight is not recorded (its worker processes may have died with the
         signal), everything before it is, and the session is marked
-        ``interrupted``; a second signal stops at once.
+        ``interrupted``; a second signal stops at once. Before tuning starts the
+        run stops after the candidate check in progress; once tuning is done the
+        final compile and timing run to the end.
         """
         if threading.current_thread() is not threading.main_thread():
             return self._run_all()
@@ -179,7 +190,7 @@ class TuneRun:
         if self._stop.is_set():
             raise KeyboardInterrupt
         self._stop.set()
-        self.progress.note("stopping: the batch in flight is dropped, every recorded result is kept")
+        self.progress.note(_STOP_NOTES[self._phase])
 
     def _check_stop(self) -> None:
         if self._stop.is_set():
@@ -269,6 +280,7 @@ class TuneRun:
                                               outcome.measured_now,
                                               o.trials - outcome.measured_now)
 
+            self._phase = "tune"
             try:
                 tune(workloads)
                 # Extraction again, each GEMM-like e-node priced by its tuned kernel: a program
@@ -289,6 +301,7 @@ class TuneRun:
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
             self._check_stop()
+            self._phase = "finish"
             ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer, known)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
