@@ -162,6 +162,10 @@ def decoder_flops(config: PretrainedConfig, layers: int, new_tokens: int, attend
 _HASH_TAG = "qwen3"
 
 
+#: the layer sizes a config file must state (every published config.json does)
+REQUIRED_SIZES = ("hidden_size", "intermediate_size", "num_attention_heads")
+
+
 def _read_config(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
@@ -174,6 +178,12 @@ def _read_config(path: Path) -> dict:
         raise ModelImportError(
             f"unsupported architecture {model_type!r} in {path}; "
             f"supported: {', '.join(ARCHITECTURES)}"
+        )
+    missing = [key for key in REQUIRED_SIZES if key not in data]
+    if missing:
+        raise ModelImportError(
+            f"config {path} lacks {', '.join(missing)}: give the model's full config.json "
+            "(a missing size would silently take the library default, a different model)"
         )
     return data
 

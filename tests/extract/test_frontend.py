@@ -287,3 +287,6 @@ def test_config_json_path(tmp_path):
         match="^unsupported architecture 'gpt2' in .*config.json; supported: qwen3, qwen2, llama$",
     ):
         load_model(str(path))
+    path.write_text(json.dumps({"model_type": "qwen3", "hidden_size": 64}))
+    with pytest.raises(ModelImportError, match="^config .*config.json lacks intermediate_size, num_attention_heads: "):
+        load_model(str(path))
