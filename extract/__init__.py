@@ -3,7 +3,7 @@
 from .egraph import Exploration, explore
 from .equivalence import CandidateMismatch, check_equivalent
 from .extraction import CandidateGraph, NodeCost, enumerate_candidates, extract_best
-from .frontend import ImportedModel, ModelImportError, known_models, load_model
+from .frontend import ImportedModel, ModelImportError, ModelSource, check_model, known_models, load_model
 from .saturate import ProgramEGraph, SaturationLimits, SaturationReport, saturate
 
 __all__ = [
@@ -21,6 +21,8 @@ __all__ = [
     "saturate",
     "ImportedModel",
     "ModelImportError",
+    "ModelSource",
+    "check_model",
     "known_models",
     "load_model",
 ]

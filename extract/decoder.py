@@ -12,8 +12,8 @@ exported function is pure.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
 import warnings
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3RotaryEmbedding,
 )
 
+from .config import ARCHITECTURE_NAMES, check_sizes, read_config, stage_tokens
 from .frontend import (
     ImportedModel,
     ModelImportError,
@@ -53,6 +54,7 @@ ARCHITECTURES: dict[str, tuple[type, type, type]] = {
     "llama": (LlamaConfig, LlamaDecoderLayer, LlamaRotaryEmbedding),
 }
 """``model_type`` -> (config class, decoder layer class, rotary embedding class)."""
+assert tuple(ARCHITECTURES) == ARCHITECTURE_NAMES  # extract.config checks model_type without importing torch
 
 # The Relax graph uses explicit matmul + mask + softmax; PyTorch timings use SDPA,
 # transformers' default, so the eager baseline is the one a user would get.
@@ -162,69 +164,45 @@ def decoder_flops(config: PretrainedConfig, layers: int, new_tokens: int, attend
 _HASH_TAG = "qwen3"
 
 
-#: the layer sizes a config file must state (every published config.json does)
-REQUIRED_SIZES = ("hidden_size", "intermediate_size", "num_attention_heads")
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' own log lines off (a bad rope_scaling logs one before it raises), restored after."""
+    from transformers.utils import logging as hf_logging
 
-
-def _read_config(path: Path) -> dict:
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelImportError(f"malformed config file {path}: {first_line(exc)}") from exc
-    if not isinstance(data, dict):
-        raise ModelImportError(f"malformed config file {path}: not a JSON object")
-    model_type = data.get("model_type", "qwen3")
-    if model_type not in ARCHITECTURES:
-        raise ModelImportError(
-            f"unsupported architecture {model_type!r} in {path}; "
-            f"supported: {', '.join(ARCHITECTURES)}"
-        )
-    missing = [key for key in REQUIRED_SIZES if key not in data]
-    if missing:
-        raise ModelImportError(
-            f"config {path} lacks {', '.join(missing)}: give the model's full config.json "
-            "(a missing size would silently take the library default, a different model)"
-        )
-    return data
-
-
-def stage_tokens(stage: str, seq_len: int, kv_len: int) -> tuple[int, int]:
-    """Tokens a stage processes and tokens already in the KV cache, for one call.
-
-    ``prefill``: ``(seq_len, 0)``; ``prefill-kv``: ``(seq_len, kv_len)``; ``decode``:
-    ``(1, kv_len)``.  Each query attends over ``past + new`` keys.
-    """
-    return {"prefill": (seq_len, 0), "prefill-kv": (seq_len, kv_len), "decode": (1, kv_len)}[
-        stage
-    ]
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def load_decoder(
     path: Path, label: str, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
 ) -> ImportedModel:
     """Build, export and import decoder layers; see :func:`extract.frontend.load_model`."""
-    data = _read_config(path)
-    config_cls = ARCHITECTURES[data.get("model_type", "qwen3")][0]
+    data = read_config(path)
+    config_cls = ARCHITECTURES[data["model_type"]][0]
+
+    def bad_config(exc: Exception) -> ModelImportError:
+        return ModelImportError(f"bad {config_cls.model_type} config {path}: {type(exc).__name__}: {first_line(exc)}")
+
     try:
-        config = config_cls(**data)
-    except (TypeError, ValueError) as exc:
-        raise ModelImportError(
-            f"bad {config_cls.model_type} config {path}: {first_line(exc)}"
-        ) from exc
+        with _quiet_transformers():
+            config = config_cls(**data)
+    except Exception as exc:  # transformers and huggingface_hub raise many types for a bad value
+        raise bad_config(exc) from exc
     config._attn_implementation = EXPORT_ATTENTION
-    if layers > config.num_hidden_layers:
-        raise ModelImportError(
-            f"layers={layers} exceeds the model's num_hidden_layers={config.num_hidden_layers}"
-        )
     new_tokens, past = stage_tokens(stage, seq_len, kv_len)
-    if past + new_tokens > config.max_position_embeddings:
-        raise ModelImportError(
-            f"{past + new_tokens} positions exceed "
-            f"max_position_embeddings={config.max_position_embeddings}"
-        )
+    check_sizes({"num_hidden_layers": config.num_hidden_layers,
+                 "max_position_embeddings": config.max_position_embeddings}, path, layers, past + new_tokens)
+    try:
+        with _quiet_transformers():
+            module = DecoderLayers(config, layers).float().eval()
+    except Exception as exc:  # e.g. an unknown hidden_act or rope_scaling type
+        raise bad_config(exc) from exc
 
     generator = torch.Generator().manual_seed(seed)
-    module = DecoderLayers(config, layers).float().eval()
     with torch.no_grad():
         for name, param in module.named_parameters():
             if param.ndim >= 2:

@@ -195,6 +195,46 @@ def load_model(
         Unknown name, missing or malformed file, an operator TVM cannot import, a bad
         stage or a non-positive size.
     """
+    source = check_model(name_or_path, stage, seq_len, kv_len, layers)
+    if source.kind == "onnx":
+        from . import onnx_import
+
+        return onnx_import.load_onnx(source.path, seq_len=int(seq_len), seed=seed)
+    from . import decoder
+
+    return decoder.load_decoder(
+        source.path,
+        source.label,
+        stage=stage,
+        seq_len=int(seq_len),
+        kv_len=int(kv_len),
+        layers=int(layers),
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What a model argument names: ``kind`` ``"onnx"`` or ``"config"``, the file, a short label."""
+
+    kind: str
+    path: Path
+    label: str
+
+
+def check_model(name_or_path: str, stage: str = "prefill", seq_len: int = 128, kv_len: int = 512,
+                layers: int = 1) -> ModelSource:
+    """The checks of :func:`load_model` that need no torch, transformers or TVM import: seconds, not minutes.
+
+    Checks the stage and sizes, resolves a built-in name or a path, and reads and
+    checks a config file (``extract.config``). ``tune run`` calls it before it opens
+    the tuning database, so a mistyped model creates nothing.
+
+    Raises
+    ------
+    ModelImportError
+        As :func:`load_model`, for everything short of building and importing the model.
+    """
     if stage not in STAGES:
         raise ModelImportError(f"unknown stage {stage!r}; expected one of: {', '.join(STAGES)}")
     for arg, value in (("seq_len", seq_len), ("kv_len", kv_len), ("layers", layers)):
@@ -203,10 +243,9 @@ def load_model(
     text = str(name_or_path)
     lowered = text.lower()
     if lowered.endswith(".onnx"):
-        from . import onnx_import
-
-        return onnx_import.load_onnx(Path(text), seq_len=int(seq_len), seed=seed)
-
+        if not Path(text).is_file():
+            raise ModelImportError(f"ONNX file not found: {text}")
+        return ModelSource("onnx", Path(text), Path(text).stem)
     if lowered.endswith(".json"):
         path = Path(text)
         if not path.is_file():
@@ -221,17 +260,10 @@ def load_model(
                 " (or give a path to an .onnx file or a config .json)"
             )
         label = key
-    from . import decoder
+    from .config import check_sizes, read_config, stage_tokens
 
-    return decoder.load_decoder(
-        path,
-        label,
-        stage=stage,
-        seq_len=int(seq_len),
-        kv_len=int(kv_len),
-        layers=int(layers),
-        seed=seed,
-    )
+    check_sizes(read_config(path), path, int(layers), sum(stage_tokens(stage, int(seq_len), int(kv_len))))
+    return ModelSource("config", path, label)
 
 
 def stable_hash(*parts: object) -> str:

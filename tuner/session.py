@@ -25,7 +25,7 @@ from database import (
     stale_after_s,
 )
 from database.session import display_url
-from extract import load_model
+from extract import check_model, load_model
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
 from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
@@ -206,11 +206,14 @@ class TuneRun:
             )
         if o.tracker:  # fail fast on a bad or unreachable tracker, before any heavy work
             wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
-        db = open_database(o.db)  # before the model import, which takes minutes for a large model
+        # the cheap model checks, then the database, before the model import (minutes for a large model)
+        check_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers)
+        db = open_database(o.db)
         try:
             with self.progress.status("importing the model"):
                 model = load_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
                                    seed=o.seed)
+            self._check_stop()
             return self._run(db, model, target)
         finally:
             db.close()
@@ -244,6 +247,7 @@ class TuneRun:
         example = list(model.inputs) + list(model.params)
         with self.progress.status("saturating the e-graph"):
             exploration = explore(model.mod, max_candidates=o.max_candidates)
+        self._check_stop()
         rep = exploration.report
         self.progress.note(
             f"e-graph: {rep.iterations} iterations, {rep.enodes} e-nodes, stop: {rep.stop_reason}, "

@@ -288,5 +288,35 @@ def test_config_json_path(tmp_path):
     ):
         load_model(str(path))
     path.write_text(json.dumps({"model_type": "qwen3", "hidden_size": 64}))
-    with pytest.raises(ModelImportError, match="^config .*config.json lacks intermediate_size, num_attention_heads: "):
+    with pytest.raises(ModelImportError, match="^config .*config.json lacks intermediate_size, num_attention_heads, "
+                                               "num_key_value_heads, head_dim: "):
         load_model(str(path))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden_size": "64"}, "bad qwen3 config .*: hidden_size must be a positive integer, got '64'"),
+    ({"num_attention_heads": 0}, "bad qwen3 config .*: num_attention_heads must be a positive integer, got 0"),
+    ({"model_type": None}, "unsupported architecture None in "),
+    ({"num_key_value_heads": None}, "lacks num_key_value_heads: "),
+    ({"head_dim": None}, "lacks head_dim: "),
+    ({"hidden_act": "nope"}, "bad qwen3 config .*: KeyError: 'nope'"),
+    ({"rope_theta": "abc"}, "bad qwen3 config .*: TypeError: "),
+    ({"rms_norm_eps": "x"}, "bad qwen3 config .*: StrictDataclassFieldValidationError: .*rms_norm_eps"),
+])
+def test_bad_config_values_are_model_import_errors(tmp_path, change, message):
+    """A config value transformers cannot build a layer from is a ModelImportError naming the file, not a crash."""
+    import json
+
+    from extract import check_model
+    from extract.frontend import CONFIG_DIR
+
+    config = json.loads((CONFIG_DIR / "qwen3-tiny.json").read_text())
+    config.update(change)
+    config = {k: v for k, v in config.items() if not (k in change and v is None and k != "model_type")}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ModelImportError, match=message):
+        load_model(str(path), seq_len=4)
+    if "must be a positive" in message or "lacks" in message or "unsupported" in message:
+        with pytest.raises(ModelImportError, match=message):  # found without importing the model
+            check_model(str(path), seq_len=4)

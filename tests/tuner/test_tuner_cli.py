@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
 
 import pytest
+
+from extract.frontend import CONFIG_DIR
 
 
 def tune(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -58,10 +61,35 @@ def test_unwritable_database_path(tmp_path):
 
 
 def test_database_is_checked_before_the_model_import(tmp_path):
-    """A bad --db is reported before the (slow) model import: here the model name is bad too."""
+    """A bad --db is reported before the (slow) model import: here the import would fail too."""
+    config = json.loads((CONFIG_DIR / "qwen3-tiny.json").read_text())
+    (tmp_path / "bad_act.json").write_text(json.dumps({**config, "hidden_act": "nope"}))  # fails only when built
     (tmp_path / "file").write_text("a file, not a directory")
-    proc = tune("run", "no-such-model", "-q", "--db", f"sqlite:///{tmp_path}/file/t.db", cwd=tmp_path)
+    proc = tune("run", "bad_act.json", "-q", "--db", f"sqlite:///{tmp_path}/file/t.db", cwd=tmp_path)
     assert_one_line_error(proc, "t.db")
+    proc = tune("run", "bad_act.json", "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, "bad qwen3 config", "KeyError: 'nope'")
+
+
+def test_a_bad_model_creates_no_database(tmp_path):
+    """The model name, stage and config are checked before the database is opened: a typo creates nothing."""
+    for args in (["qwen3-tinyy"], ["qwen3-tiny", "--layers", "5"], ["missing.json"]):
+        proc = tune("run", *args, "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+        assert_one_line_error(proc)
+        assert not (tmp_path / "t.db").exists(), args
+
+
+def test_another_applications_sqlite_file_is_refused_unchanged(tmp_path):
+    """tune run never writes its tables into a SQLite file that holds other tables."""
+    db = tmp_path / "app.db"
+    con = sqlite3.connect(db)
+    con.execute("create table foo (x int)")
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    proc = tune("run", "qwen3-tiny", "-q", "--db", f"sqlite:///{db}", cwd=tmp_path)
+    assert_one_line_error(proc, "is not a tuning database", "foo")
+    assert db.read_bytes() == before
 
 
 def test_recorded_results_survive_a_failed_run(tmp_path):
