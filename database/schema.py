@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from .models import Base
 from .session import (
     DatabaseError,
+    check_sqlite_file,
     create_engine_for,
     display_url,
     resolve_url,
@@ -144,9 +145,12 @@ def upgrade(url: str | None = None, revision: str = "head") -> str:
     Raises
     ------
     DatabaseError
-        When the database cannot be reached or its revision is unknown to this code.
+        When the database cannot be reached, its revision is unknown to this code,
+        or it is a SQLite file with other tables and no tuning schema (left as it was).
     """
-    engine = create_engine_for(resolve_url(url))
+    parsed = resolve_url(url)
+    check_sqlite_file(parsed, create=True)
+    engine = create_engine_for(parsed)
     try:
         with transaction(engine) as conn:
             _lock_schema(conn)

@@ -15,6 +15,7 @@ import os
 import re
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -224,13 +225,15 @@ def open_database(url: str | None = None, create: bool = True) -> Database:
     ------
     DatabaseError
         When the database cannot be reached, is not a database, has no tuning
-        schema and ``create`` is false, or its schema is older (run
-        ``tune db upgrade``) or newer than this code.
+        schema and ``create`` is false, is a SQLite file with other tables and
+        no tuning schema (another application's: it is left as it was), or its
+        schema is older (run ``tune db upgrade``) or newer than this code.
     """
     from .schema import ensure_schema
     from .store import Database
 
     parsed = resolve_url(url)
+    check_sqlite_file(parsed, create)
     engine = create_engine_for(parsed)
     try:
         ensure_schema(engine, create=create)
@@ -238,3 +241,48 @@ def open_database(url: str | None = None, create: bool = True) -> Database:
         engine.dispose()
         raise
     return Database(engine)
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The file a SQLite URL names (its ``file:`` URI form included), or None for memory and other backends."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    path = url.database
+    if str(url.query.get("uri", "")).lower() == "true" and path.startswith("file:"):
+        path = urllib.parse.urlparse(path).path
+    return path or None
+
+
+def sqlite_tables(path: str) -> set[str] | None:
+    """The tables in the SQLite file ``path``, read without writing; None when it is not readable as SQLite."""
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+        try:
+            return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return None  # opening it names the problem
+
+
+def check_sqlite_file(url: URL, create: bool) -> None:
+    """Refuse an existing SQLite file that is not a tuning database before an engine touches it.
+
+    Checked read-only: an engine switches the file to WAL on connect, which would
+    change another application's file even when the schema check then refuses it.
+    """
+    from .schema import VERSION_TABLE
+
+    path = sqlite_file(url)
+    if path is not None and os.path.isdir(path):
+        raise DatabaseError(f"{path} is a directory, not a SQLite database file")
+    if path is None or not os.path.isfile(path):
+        return
+    tables = sqlite_tables(path)
+    if tables is None or VERSION_TABLE in tables or (create and not tables):
+        return
+    if not tables:
+        raise DatabaseError(f"{path} holds no tuning database (no tables); a tune run creates one")
+    shown = ", ".join(sorted(tables)[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
+    raise DatabaseError(f"{path} is not a tuning database: it holds tables ({shown}) but no schema revision "
+                        f"in {VERSION_TABLE}; give a new file or a database a tune run made")

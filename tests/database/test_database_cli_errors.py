@@ -52,23 +52,39 @@ def test_not_a_database(monkeypatch, capsys, tmp_path):
     assert path.read_text() == "these are notes, not a database\n" * 20
 
 
-
 @pytest.mark.parametrize("command", [["stats"], ["best", "--model", "qwen3-0.6b"], ["export", "out"]])
 def test_reading_commands_add_nothing_to_another_database(monkeypatch, capsys, tmp_path, command):
-    other, empty = tmp_path / "other.db", tmp_path / "empty.db"
-    engine = create_engine(f"sqlite:///{other}")
-    with engine.begin() as conn:
-        conn.execute(text("CREATE TABLE notes (body TEXT)"))
-    engine.dispose()
+    other, empty, same_name = tmp_path / "other.db", tmp_path / "empty.db", tmp_path / "same_name.db"
+    for path, table in ((other, "notes"), (same_name, "session")):  # "session" is also a tuning table's name
+        engine = create_engine(f"sqlite:///{path}")
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE TABLE {table} (body TEXT)"))
+        engine.dispose()
     empty.touch()
-    for path in (other, empty):
+    for path in (other, empty, same_name):
         before = path.read_bytes()
         args = [a if a != "out" else str(tmp_path / "out") for a in command]
-        assert_one_line(*tune_db(monkeypatch, capsys, *args, "--db", f"sqlite:///{path}"), "holds no tuning database")
+        message = "holds no tuning database" if path == empty else "is not a tuning database"
+        assert_one_line(*tune_db(monkeypatch, capsys, *args, "--db", f"sqlite:///{path}"), message)
         assert path.read_bytes() == before
     assert not (tmp_path / "out").exists()
     assert_one_line(*tune_db(monkeypatch, capsys, "stats", "--db", f"sqlite:///{tmp_path / 'missing.db'}"), "no database at")
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_writing_commands_refuse_another_applications_sqlite_file(monkeypatch, capsys, tmp_path):
+    """tune db upgrade and import never add tuning tables to a SQLite file that holds other tables."""
+    path = tmp_path / "app.db"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE session (body TEXT)"))
+    engine.dispose()
+    before = path.read_bytes()
+    (tmp_path / "records").mkdir()
+    for args in (["upgrade"], ["import", str(tmp_path / "records")]):
+        assert_one_line(*tune_db(monkeypatch, capsys, *args, "--db", f"sqlite:///{path}"), "is not a tuning database")
+        assert path.read_bytes() == before
+
 
 def test_read_only_database_is_not_half_upgraded(monkeypatch, capsys, tmp_path):
     path = tmp_path / "tune.db"
