@@ -113,12 +113,13 @@ def _refused(module: str, argv: list[str]) -> str | None:
     """
     errors = io.StringIO()
     try:
-        with contextlib.redirect_stderr(errors):
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
             importlib.import_module(module).parse_args(argv + ["--json"])
     except SystemExit as exc:
-        if exc.code:
-            lines = [line for line in errors.getvalue().splitlines() if line.strip()]
-            return lines[-1].split(" error: ", 1)[-1] if lines else f"refused (exit {exc.code})"
+        if not exc.code:
+            return "it asks for help (or exits) instead of a benchmark run"
+        lines = [line for line in errors.getvalue().splitlines() if line.strip()]
+        return lines[-1].split(" error: ", 1)[-1] if lines else f"refused (exit {exc.code})"
     return None
 
 

@@ -113,6 +113,27 @@ def ratio_row(what: str, ours: float | None, anchor: float | None, anchor_name: 
     return Row(what, ours, anchor, anchor_name, ratio, goal, bool(ratio >= goal_ratio))
 
 
+def positive_int(text: str) -> int:
+    """argparse ``type`` for a count that must be at least 1 (trials, repeats, sizes)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def bench_parser(module: str, description: str):
+    """The ``argparse.ArgumentParser`` of ``python -m bench.MODULE``: no option abbreviations
+    (``--qui`` must not become ``--quick`` behind ``python -m bench``'s back)."""
+    import argparse
+
+    return argparse.ArgumentParser(prog=f"python -m bench.{module}", description=description, allow_abbrev=False)
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:

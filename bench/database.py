@@ -38,6 +38,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 import numpy as np  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
+from bench.common import bench_parser, positive_int  # noqa: E402
 from database import TargetRecord, canonical_json, open_database, sha256_text  # noqa: E402
 from database.scratch import scratch_postgres_schema  # noqa: E402
 from database.store import measure_stats  # noqa: E402
@@ -137,12 +138,12 @@ def run(url: str, label: str, data, repeats: int) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.database``'s command line; a bad one exits 2 with argparse's error."""
-    parser = argparse.ArgumentParser(prog="python -m bench.database", description=__doc__.splitlines()[0])
+    parser = bench_parser("database", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 workloads x 500 candidates (20,000 rows), a smoke run")
-    parser.add_argument("--workloads", type=int, default=None, help="default 500 (20 with --quick)")
-    parser.add_argument("--candidates", type=int, default=None,
+    parser.add_argument("--workloads", type=positive_int, default=None, help="default 500 (20 with --quick)")
+    parser.add_argument("--candidates", type=positive_int, default=None,
                         help="per workload, each measured on 2 targets; default 1000 (500 with --quick)")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=positive_int, default=20)
     parser.add_argument("--postgres", default=os.environ.get("TUNE_TEST_POSTGRES_URL"),
                         help="a PostgreSQL URL whose database may hold a scratch schema (dropped after)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object (bench.common)")

@@ -24,6 +24,8 @@ import statistics
 import sys
 import time
 
+from bench.common import bench_parser, positive_int
+
 GOAL_S = 2.0
 
 
@@ -121,12 +123,12 @@ def _result(model_name: str, one: dict, many: dict):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.extraction``'s command line; a bad one exits 2 with argparse's error."""
-    parser = argparse.ArgumentParser(prog="python -m bench.extraction", description=__doc__.splitlines()[0])
+    parser = bench_parser("extraction", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat, a smoke run")
     parser.add_argument("--model", default="qwen3-0.6b")
-    parser.add_argument("--layers", type=int, default=28, help="layers of the whole model (default 28)")
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=None, help="default 5 (1 with --quick)")
+    parser.add_argument("--layers", type=positive_int, default=28, help="layers of the whole model (default 28)")
+    parser.add_argument("--seq-len", type=positive_int, default=128)
+    parser.add_argument("--repeats", type=positive_int, default=None, help="default 5 (1 with --quick)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object (bench.common)")
     return parser.parse_args(argv)
 

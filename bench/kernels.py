@@ -34,7 +34,7 @@ import time
 from measure import MeasureConfig
 from measure.roofline import measure_roofline
 
-from .common import SETTLE_S, BenchResult, Row, median_times, ratio_row
+from .common import BenchResult, Row, SETTLE_S, bench_parser, median_times, positive_int, ratio_row
 from .tuning import (
     MatmulData,
     MatmulShape,
@@ -132,9 +132,9 @@ def _g(value: float | None) -> float | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.kernels``'s command line; a bad one exits 2 with argparse's error."""
-    parser = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.splitlines()[0])
+    parser = bench_parser("kernels", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few trials (a smoke run)")
-    parser.add_argument("--trials", type=int, default=None, help="trials per kernel")
+    parser.add_argument("--trials", type=positive_int, default=None, help="trials per kernel")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return parser.parse_args(argv)
 

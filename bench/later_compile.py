@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 
-from .common import BenchResult, Row, fmt, ratio_row
+from .common import BenchResult, Row, bench_parser, fmt, positive_int, ratio_row
 
 NAME, TITLE = "later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"
 
@@ -192,7 +192,7 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
 
 def _shapes(stages, seq_len: int, kv_len: int) -> str:
     """The stages' token counts, e.g. ``"prefill 128 tokens; decode 1 token over a KV cache of 512"``."""
-    from extract.decoder import stage_tokens
+    from extract.config import stage_tokens
 
     parts = []
     for stage in stages:
@@ -275,13 +275,13 @@ def _ms(seconds: float | None) -> float | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.later_compile``'s command line; a bad one exits 2 with argparse's error."""
-    parser = argparse.ArgumentParser(prog="python -m bench.later_compile", description=__doc__.splitlines()[0])
+    parser = bench_parser("later_compile", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes, --trials 0 only, no MetaSchedule (a smoke run)")
-    parser.add_argument("--repeat", type=int, default=10, help="timing repeats (medians)")
+    parser.add_argument("--repeat", type=positive_int, default=10, help="timing repeats (medians)")
     parser.add_argument("--stages", nargs="+", choices=FULL["stages"], help="stages (default: prefill and decode)")
     for name, help_text in (("source", "per workload of the source model"), ("warm", "of the warm run per workload"),
                             ("cold", "of the cold run per workload, and MetaSchedule's per kernel")):
-        parser.add_argument(f"--{name}-trials", type=int, help=f"trials {help_text} (default "
+        parser.add_argument(f"--{name}-trials", type=positive_int, help=f"trials {help_text} (default "
                             f"{FULL[name + '_trials']}; smaller budgets are stated in the notes)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)

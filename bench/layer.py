@@ -43,7 +43,7 @@ import time
 import numpy as np
 import tvm
 
-from .common import BenchResult, Row, fmt, ratio_row
+from .common import BenchResult, Row, bench_parser, fmt, positive_int, ratio_row
 from .tuning import metaschedule_builder
 
 STAGES = ("prefill", "prefill-kv", "decode")
@@ -206,17 +206,25 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.layer``'s command line; a bad one exits 2 with argparse's error."""
-    parser = argparse.ArgumentParser(prog="python -m bench.layer", description=__doc__.splitlines()[0])
+    parser = bench_parser("layer", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny config, 2 trials: a smoke test")
-    parser.add_argument("--trials", type=int, help=f"measurements per workload for ours (default {FULL_TRIALS})")
+    parser.add_argument("--trials", type=positive_int, help=f"measurements per workload for ours (default {FULL_TRIALS})")
     parser.add_argument("--model", help="model name (default qwen3-0.6b)")
-    parser.add_argument("--seq-len", type=int, help="prompt (chunk) tokens (default 128)")
-    parser.add_argument("--kv-len", type=int, help="KV cache tokens (default 512)")
-    parser.add_argument("--repeat", type=int, default=10, help="timing repeats (medians)")
+    parser.add_argument("--seq-len", type=positive_int, help="prompt (chunk) tokens (default 128)")
+    parser.add_argument("--kv-len", type=positive_int, help="KV cache tokens (default 512)")
+    parser.add_argument("--repeat", type=positive_int, default=10, help="timing repeats (medians)")
     parser.add_argument("--stages", nargs="+", choices=STAGES, help="default: all (prefill only with --quick)")
     parser.add_argument("--no-metaschedule", action="store_true", help="skip the tune_relax anchor")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.model:
+        from extract import ModelImportError, check_model
+
+        try:
+            check_model(args.model)
+        except ModelImportError as exc:
+            parser.error(f"--model: {exc}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ import time
 
 from measure import MeasureConfig
 
-from .common import BenchResult, Row, ratio_row
+from .common import BenchResult, Row, bench_parser, ratio_row
 from .tuning import (
     MatmulData,
     MatmulShape,
@@ -157,7 +157,7 @@ def _ms(seconds: float | None) -> float | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.sample_efficiency``'s command line; a bad one exits 2 with argparse's error."""
-    parser = argparse.ArgumentParser(prog="python -m bench.sample_efficiency", description=__doc__.splitlines()[0])
+    parser = bench_parser("sample_efficiency", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small kernel, budgets 8 and 16 (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return parser.parse_args(argv)

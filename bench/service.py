@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from .common import BenchResult, Row, machine_info, ratio_row
+from .common import BenchResult, Row, bench_parser, machine_info, positive_int, ratio_row
 
 TILES = (4, 8, 16, 32)
 
@@ -185,10 +185,10 @@ def run(quick: bool = False, n: int = 128, rounds: int | None = None) -> BenchRe
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.service``'s command line; a bad one exits 2 with argparse's error."""
-    parser = argparse.ArgumentParser(prog="python -m bench.service", description=__doc__.splitlines()[0])
+    parser = bench_parser("service", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer candidates and passes (a smoke run)")
-    parser.add_argument("--n", type=int, default=128, help="matmul size")
-    parser.add_argument("--rounds", type=int, default=None, help="passes per contender")
+    parser.add_argument("--n", type=positive_int, default=128, help="matmul size")
+    parser.add_argument("--rounds", type=positive_int, default=None, help="passes per contender")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return parser.parse_args(argv)
 

@@ -142,6 +142,9 @@ def test_bad_args_are_one_line_errors(spec, message, capsys):
     (["--quick", "--args", "layer=--nosuch"], "--args layer: unrecognized arguments: --nosuch"),
     (["--quick", "--args", "later_compile=--stages train"], "--args later_compile: argument --stages: invalid choice"),
     (["--quick", "--args", "service=--n ten"], "--args service: argument --n: invalid int value: 'ten'"),
+    (["--quick", "--args", "kernels=--trials -5"], "--args kernels: argument --trials: must be at least 1, got -5"),
+    (["--quick", "--args", "kernels=--qui"], "--args kernels: unrecognized arguments: --qui"),  # no abbreviations
+    (["--quick", "--args", "layer=--help"], "--args layer: it asks for help"),
 ])
 def test_bad_options_are_refused_before_anything_runs(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
