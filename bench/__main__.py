@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     left_out = [name for name in extra if args.only and name not in args.only]
     if left_out:
         parser.error(f"--args {left_out[0]}: that benchmark is not chosen by --only")
+    modules = {n: m for n, m, _ in BENCHMARKS}
     for name, argv_extra in extra.items():
-        problem = _refused(dict((n, m) for n, m, _ in BENCHMARKS)[name], argv_extra)
+        problem = _refused(modules[name], argv_extra)
         if problem:
             parser.error(f"--args {name}: {problem}")
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))

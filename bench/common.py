@@ -9,6 +9,7 @@ dataclasses with ``to_json``/``from_json``.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -115,8 +116,6 @@ def ratio_row(what: str, ours: float | None, anchor: float | None, anchor_name: 
 
 def positive_int(text: str) -> int:
     """argparse ``type`` for a count that must be at least 1 (trials, repeats, sizes)."""
-    import argparse
-
     try:
         value = int(text)
     except ValueError:
@@ -126,11 +125,9 @@ def positive_int(text: str) -> int:
     return value
 
 
-def bench_parser(module: str, description: str):
+def bench_parser(module: str, description: str) -> argparse.ArgumentParser:
     """The ``argparse.ArgumentParser`` of ``python -m bench.MODULE``: no option abbreviations
     (``--qui`` must not become ``--quick`` behind ``python -m bench``'s back)."""
-    import argparse
-
     return argparse.ArgumentParser(prog=f"python -m bench.{module}", description=description, allow_abbrev=False)
 
 

@@ -225,7 +225,7 @@ def open_database(url: str | None = None, create: bool = True) -> Database:
     ------
     DatabaseError
         When the database cannot be reached, is not a database, has no tuning
-        schema and ``create`` is false, is a SQLite file with other tables and
+        schema (or is a missing SQLite file) and ``create`` is false, is a SQLite file with other tables and
         no tuning schema (another application's: it is left as it was), or its
         schema is older (run ``tune db upgrade``) or newer than this code.
     """
@@ -266,7 +266,9 @@ def sqlite_tables(path: str) -> set[str] | None:
 
 
 def check_sqlite_file(url: URL, create: bool) -> None:
-    """Refuse an existing SQLite file that is not a tuning database before an engine touches it.
+    """Refuse a SQLite file that is not a tuning database before an engine touches it (or creates it).
+
+    With ``create`` false a missing file is refused too: connecting would create it.
 
     Checked read-only: an engine switches the file to WAL on connect, which would
     change another application's file even when the schema check then refuses it.
@@ -274,10 +276,14 @@ def check_sqlite_file(url: URL, create: bool) -> None:
     from .schema import VERSION_TABLE
 
     path = sqlite_file(url)
-    if path is not None and os.path.isdir(path):
-        raise DatabaseError(f"{path} is a directory, not a SQLite database file")
-    if path is None or not os.path.isfile(path):
+    if path is None:
         return
+    if os.path.isdir(path):
+        raise DatabaseError(f"{path} is a directory, not a SQLite database file")
+    if not os.path.exists(path):
+        if create:
+            return
+        raise DatabaseError(f"no database at {path}: give the URL a tune run wrote to")
     tables = sqlite_tables(path)
     if tables is None or VERSION_TABLE in tables or (create and not tables):
         return

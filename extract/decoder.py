@@ -36,7 +36,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3RotaryEmbedding,
 )
 
-from .config import ARCHITECTURE_NAMES, check_sizes, read_config, stage_tokens
+from .config import ARCHITECTURE_NAMES, check_sizes, stage_tokens
 from .frontend import (
     ImportedModel,
     ModelImportError,
@@ -178,10 +178,12 @@ def _quiet_transformers():
 
 
 def load_decoder(
-    path: Path, label: str, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
+    path: Path, label: str, data: dict, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
 ) -> ImportedModel:
-    """Build, export and import decoder layers; see :func:`extract.frontend.load_model`."""
-    data = read_config(path)
+    """Build, export and import decoder layers; see :func:`extract.frontend.load_model`.
+
+    ``data`` is the config file at ``path`` as :func:`extract.config.read_config` returned it.
+    """
     config_cls = ARCHITECTURES[data["model_type"]][0]
 
     def bad_config(exc: Exception) -> ModelImportError:

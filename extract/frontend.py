@@ -205,6 +205,7 @@ def load_model(
     return decoder.load_decoder(
         source.path,
         source.label,
+        source.config,
         stage=stage,
         seq_len=int(seq_len),
         kv_len=int(kv_len),
@@ -215,11 +216,13 @@ def load_model(
 
 @dataclass(frozen=True)
 class ModelSource:
-    """What a model argument names: ``kind`` ``"onnx"`` or ``"config"``, the file, a short label."""
+    """What a model argument names: ``kind`` ``"onnx"`` or ``"config"``, the file, a short label,
+    and for a config the file's checked contents (``extract.config.read_config``)."""
 
     kind: str
     path: Path
     label: str
+    config: dict | None = None
 
 
 def check_model(name_or_path: str, stage: str = "prefill", seq_len: int = 128, kv_len: int = 512,
@@ -262,8 +265,9 @@ def check_model(name_or_path: str, stage: str = "prefill", seq_len: int = 128, k
         label = key
     from .config import check_sizes, read_config, stage_tokens
 
-    check_sizes(read_config(path), path, int(layers), sum(stage_tokens(stage, int(seq_len), int(kv_len))))
-    return ModelSource("config", path, label)
+    config = read_config(path)
+    check_sizes(config, path, int(layers), sum(stage_tokens(stage, int(seq_len), int(kv_len))))
+    return ModelSource("config", path, label, config)
 
 
 def stable_hash(*parts: object) -> str:

@@ -54,6 +54,14 @@ def test_missing_directory(tmp_path):
     assert "unable to open database file" in message
 
 
+def test_opening_only_to_read_creates_no_file(tmp_path):
+    """open_database(create=False) refuses a missing SQLite file instead of connecting, which would create it."""
+    path = tmp_path / "missing.db"
+    with pytest.raises(DatabaseError, match=f"no database at {path}"):
+        open_database(f"sqlite:///{path}", create=False)
+    assert not path.exists()
+
+
 def test_read_only_database(tmp_path):
     path = tmp_path / "tune.db"
     open_database(f"sqlite:///{path}").close()

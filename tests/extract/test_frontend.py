@@ -293,18 +293,22 @@ def test_config_json_path(tmp_path):
         load_model(str(path))
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"hidden_size": "64"}, "bad qwen3 config .*: hidden_size must be a positive integer, got '64'"),
-    ({"num_attention_heads": 0}, "bad qwen3 config .*: num_attention_heads must be a positive integer, got 0"),
-    ({"model_type": None}, "unsupported architecture None in "),
-    ({"num_key_value_heads": None}, "lacks num_key_value_heads: "),
-    ({"head_dim": None}, "lacks head_dim: "),
-    ({"hidden_act": "nope"}, "bad qwen3 config .*: KeyError: 'nope'"),
-    ({"rope_theta": "abc"}, "bad qwen3 config .*: TypeError: "),
-    ({"rms_norm_eps": "x"}, "bad qwen3 config .*: StrictDataclassFieldValidationError: .*rms_norm_eps"),
+DROP = object()  # a key left out of the config file
+
+
+@pytest.mark.parametrize("change, message, before_import", [
+    ({"hidden_size": "64"}, "bad qwen3 config .*: hidden_size must be a positive integer, got '64'", True),
+    ({"num_attention_heads": 0}, "bad qwen3 config .*: num_attention_heads must be a positive integer, got 0", True),
+    ({"model_type": None}, "unsupported architecture None in ", True),
+    ({"num_key_value_heads": DROP}, "lacks num_key_value_heads: ", True),
+    ({"head_dim": DROP}, "lacks head_dim: ", True),
+    ({"hidden_act": "nope"}, "bad qwen3 config .*: KeyError: 'nope'", False),
+    ({"rope_theta": "abc"}, "bad qwen3 config .*: TypeError: ", False),
+    ({"rms_norm_eps": "x"}, "bad qwen3 config .*: StrictDataclassFieldValidationError: .*rms_norm_eps", False),
 ])
-def test_bad_config_values_are_model_import_errors(tmp_path, change, message):
-    """A config value transformers cannot build a layer from is a ModelImportError naming the file, not a crash."""
+def test_bad_config_values_are_model_import_errors(tmp_path, change, message, before_import):
+    """A config value transformers cannot build a layer from is a ModelImportError naming the file, not a crash;
+    the checks that need no model import (``before_import``) are made by check_model too."""
     import json
 
     from extract import check_model
@@ -312,11 +316,13 @@ def test_bad_config_values_are_model_import_errors(tmp_path, change, message):
 
     config = json.loads((CONFIG_DIR / "qwen3-tiny.json").read_text())
     config.update(change)
-    config = {k: v for k, v in config.items() if not (k in change and v is None and k != "model_type")}
+    config = {k: v for k, v in config.items() if v is not DROP}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     with pytest.raises(ModelImportError, match=message):
         load_model(str(path), seq_len=4)
-    if "must be a positive" in message or "lacks" in message or "unsupported" in message:
-        with pytest.raises(ModelImportError, match=message):  # found without importing the model
+    if before_import:
+        with pytest.raises(ModelImportError, match=message):
             check_model(str(path), seq_len=4)
+    else:
+        assert check_model(str(path), seq_len=4).config["model_type"] == "qwen3"  # only building finds it

@@ -29,11 +29,10 @@ def existing_database(url: str | None, option: str = "--db"):
     from database.session import resolve_url, sqlite_file
 
     try:
-        parsed = resolve_url(url)
+        path = sqlite_file(resolve_url(url))
     except DatabaseError as exc:
         raise ValueError(f"{option}: {exc}") from None
-    path = sqlite_file(parsed)
-    if path is not None and not os.path.exists(path):
+    if path is not None and not os.path.exists(path):  # open_database refuses it too; this names the option
         raise ValueError(f"no database at {path}: give {option} the URL a tune run wrote to")
     try:
         db = open_database(url, create=False)
