@@ -16,6 +16,7 @@ import re
 import sqlite3
 import time
 import urllib.parse
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -97,7 +98,15 @@ def create_engine_for(url: URL) -> Engine:
     backend = url.get_backend_name()
     try:
         if backend == "sqlite":
-            engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+            with warnings.catch_warnings():  # SQLAlchemy would only warn that it ignores them
+                warnings.simplefilter("error", sa_exc.SAWarning)
+                try:
+                    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+                except sa_exc.SAWarning:
+                    raise DatabaseError(
+                        f"SQLite URL {display_url(url)} has query arguments that need uri=true and a file: path, "
+                        "e.g. sqlite:///file:tune.db?mode=ro&uri=true"
+                    ) from None
             _configure_sqlite(engine)
         elif backend == "postgresql":
             connect_args = {}

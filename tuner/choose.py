@@ -2,7 +2,7 @@
 
 A kernel's schedule is its best measured one on the target; a kernel with no
 successful measurement (``--trials 0``, or a new shape) gets the schedule the
-trained XGBoost cost model predicts fastest among the untuned default and the
+trained XGBoost cost model ranks first among the untuned default and the
 kernel's register-blocked or row-wise seeds, or, for a kernel without seeds,
 ``MODEL_PICK_SAMPLES`` sampled schedules (:func:`model_pick`), and is compiled with
 it. A kernel's price is the latency of that schedule (seconds): measured, else
@@ -57,7 +57,11 @@ class KernelChoice:
 
 def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MODEL_PICK_SAMPLES
                ) -> tuple[ScheduleCandidate, float]:
-    """The schedule of ``kernel`` the fitted cost model predicts fastest, and its predicted seconds.
+    """The schedule of ``kernel`` the fitted cost model ranks first, and its predicted seconds.
+
+    The pick is the candidate with the highest score (the score booster, trained
+    with the ranking objective ``tune model eval`` chose, see
+    ``tuner.cost_model``); its seconds come from the latency booster.
 
     Chooses among the untuned default and the space's seeds (:meth:`ScheduleSpace.seeds`:
     the register-blocked GEMM schedules the search measures first, usually the fastest
@@ -77,9 +81,8 @@ def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MOD
         raise ValueError("the cost model is not trained: it cannot pick a schedule")
     cands = [space.default(), *(space.seeds() or space.sample(samples))]
     X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
-    predicted = np.asarray(trainer.predict(X), dtype=float)
-    best = int(np.argmin(predicted))
-    return cands[best], float(predicted[best])
+    best = int(np.argmax(np.asarray(trainer.score(X), dtype=float)))
+    return cands[best], float(np.asarray(trainer.predict(X[best:best + 1]), dtype=float)[0])
 
 
 def choose_kernel(db, kernel: Kernel, space: ScheduleSpace, target_hash: str, trainer,

@@ -18,6 +18,7 @@ import numpy as np
 from database import (
     DEFAULT_TRACE_JSON,
     CandidateRecord,
+    DatabaseError,
     GraphCandidateRecord,
     Heartbeat,
     TargetRecord,
@@ -208,7 +209,10 @@ class TuneRun:
             wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
         # the cheap model checks, then the database, before the model import (minutes for a large model)
         check_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers)
-        db = open_database(o.db)
+        try:
+            db = open_database(o.db)
+        except DatabaseError as exc:  # name the option, as the reading commands do
+            raise DatabaseError(f"--db: {exc}") from None
         try:
             with self.progress.status("importing the model"):
                 model = load_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,

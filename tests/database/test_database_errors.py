@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 
@@ -69,6 +70,17 @@ def test_read_only_database(tmp_path):
         assert db.stats()["target"] == 0  # reading works
         with pytest.raises(DatabaseError, match="read-only"):
             db.add_target(TargetRecord("{}", "local"))
+
+
+
+def test_sqlite_uri_arguments_without_uri_true(tmp_path):
+    """mode=ro on a plain path would be ignored (SQLAlchemy only warns): it is an error naming the fix."""
+    path = tmp_path / "tune.db"
+    open_database(f"sqlite:///{path}").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no warning printed beside it
+        message = _error(f"sqlite:///{path}?mode=ro")
+    assert "need uri=true" in message and "sqlite:///file:" in message
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")

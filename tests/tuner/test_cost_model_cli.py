@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import subprocess
@@ -133,10 +134,13 @@ def test_eval_and_simulate_trained_on_another_database_judge_only_unseen_workloa
     text = tune("simulate", "--db", url, "--train-db", earlier, "--target", TARGET, "--seeds", "1",
                 "--strategies", "random", cwd=work)
     assert text.returncode == 0 and "2 of the 3 --db workloads" in text.stdout and "warm starts" not in text.stdout
-    same = url.replace(f"sqlite:///{work}/", f"sqlite:///{work}/./")  # one file, spelled two ways
-    for command in ("model eval", "simulate"):
+    # the same file spelled another way: a dot in its path, a file: URI
+    spellings = (url.replace(f"sqlite:///{work}/", f"sqlite:///{work}/./"),
+                 url.replace("sqlite:///", "sqlite:///file:") + "?uri=true")
+    for command, same in itertools.product(("model eval", "simulate"), spellings):
         one_line_error(tune(*command.split(), "--db", url, "--train-db", same, "--target", TARGET, cwd=work),
                        "--train-db is the same database as --db")
+    for command in ("model eval", "simulate"):
         one_line_error(tune(*command.split(), "--db", url, "--train-db", "", cwd=work), "--train-db is empty")
     missing = tune("model", "eval", "--db", url, "--train-db", f"sqlite:///{tmp_path}/none.db", "--target", TARGET,
                    cwd=work)

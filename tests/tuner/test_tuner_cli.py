@@ -66,7 +66,9 @@ def test_database_is_checked_before_the_model_import(tmp_path):
     (tmp_path / "bad_act.json").write_text(json.dumps({**config, "hidden_act": "nope"}))  # fails only when built
     (tmp_path / "file").write_text("a file, not a directory")
     proc = tune("run", "bad_act.json", "-q", "--db", f"sqlite:///{tmp_path}/file/t.db", cwd=tmp_path)
-    assert_one_line_error(proc, "t.db")
+    assert_one_line_error(proc, "--db: ", "t.db")
+    proc = tune("run", "bad_act.json", "-q", "--db", "not a url", cwd=tmp_path)
+    assert_one_line_error(proc, "--db: malformed database URL")
     proc = tune("run", "bad_act.json", "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
     assert_one_line_error(proc, "bad qwen3 config", "KeyError: 'nope'")
 

@@ -46,9 +46,12 @@ def select_target(db, target: str | None, key: str | None, where: str = "this da
 
 
 def _same_database(a, b) -> bool:
-    """Whether two parsed URLs name one database (SQLite files compared by their real path)."""
-    if a.get_backend_name() == b.get_backend_name() == "sqlite" and a.database and b.database:
-        return os.path.realpath(a.database) == os.path.realpath(b.database)
+    """Whether two parsed URLs name one database (SQLite files, ``file:`` URIs included, by their real path)."""
+    from database.session import sqlite_file
+
+    path_a, path_b = sqlite_file(a), sqlite_file(b)
+    if path_a and path_b:
+        return os.path.realpath(path_a) == os.path.realpath(path_b)
     return a == b
 
 
@@ -94,7 +97,7 @@ def _fmt(value) -> str:
 @model_app.command("train")
 def train_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    objective: Annotated[str | None, typer.Option(help="XGBoost objective: reg:latency (default), rank:pairwise, rank:ndcg or reg:normalized.")] = None,
+    objective: Annotated[str | None, typer.Option(help="XGBoost objective: rank:pairwise (default), reg:latency, rank:ndcg or reg:normalized.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
     peak_gflops: Annotated[float | None, typer.Option("--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
     bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="Roofline fallback: memory bandwidth in GB/s (default: measured).")] = None,
