@@ -3,7 +3,15 @@
 from .egraph import Exploration, explore
 from .equivalence import CandidateMismatch, check_equivalent
 from .extraction import CandidateGraph, NodeCost, enumerate_candidates, extract_best
-from .frontend import ImportedModel, ModelImportError, ModelSource, check_model, known_models, load_model
+from .frontend import (
+    ImportedModel,
+    ModelImportError,
+    ModelSource,
+    check_model,
+    import_model,
+    known_models,
+    load_model,
+)
 from .saturate import ProgramEGraph, SaturationLimits, SaturationReport, saturate
 
 __all__ = [
@@ -23,6 +31,7 @@ __all__ = [
     "ModelImportError",
     "ModelSource",
     "check_model",
+    "import_model",
     "known_models",
     "load_model",
 ]

@@ -1,6 +1,8 @@
 """Model import: a Hugging Face architecture built from its config, or an ONNX file, to Relax.
 
-``load_model`` is the single entry point.  It returns an :class:`ImportedModel`: a Relax
+``load_model`` is the entry point (``check_model`` then ``import_model``: a caller that
+checks a model before other work, as ``tune run`` does, calls the two itself).  It
+returns an :class:`ImportedModel`: a Relax
 ``IRModule`` whose function ``main`` takes the activations first and the weights after
 them (the function attribute ``num_input`` counts the activations), seeded random example
 inputs, the weights as NumPy arrays, and hooks to run the same computation in PyTorch
@@ -25,8 +27,11 @@ import tvm
 __all__ = [
     "ImportedModel",
     "ModelImportError",
+    "ModelSource",
     "STAGES",
+    "check_model",
     "known_models",
+    "import_model",
     "load_model",
 ]
 
@@ -196,6 +201,21 @@ def load_model(
         stage or a non-positive size.
     """
     source = check_model(name_or_path, stage, seq_len, kv_len, layers)
+    return import_model(source, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, seed=seed)
+
+
+def import_model(source: ModelSource, *, stage: str = "prefill", seq_len: int = 128, kv_len: int = 512,
+                 layers: int = 1, seed: int = 0) -> ImportedModel:
+    """The part of :func:`load_model` after :func:`check_model`: build, export and import the model.
+
+    ``source`` is what ``check_model`` returned for the same stage and sizes (a
+    caller that checked the model early passes it on instead of reading the file again).
+
+    Raises
+    ------
+    ModelImportError
+        As :func:`load_model`, for what only building and importing the model finds.
+    """
     if source.kind == "onnx":
         from . import onnx_import
 

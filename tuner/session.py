@@ -26,7 +26,7 @@ from database import (
     stale_after_s,
 )
 from database.session import display_url
-from extract import check_model, load_model
+from extract import check_model, import_model
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
 from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
@@ -208,15 +208,15 @@ class TuneRun:
         if o.tracker:  # fail fast on a bad or unreachable tracker, before any heavy work
             wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
         # the cheap model checks, then the database, before the model import (minutes for a large model)
-        check_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers)
+        source = check_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers)
         try:
             db = open_database(o.db)
         except DatabaseError as exc:  # name the option, as the reading commands do
             raise DatabaseError(f"--db: {exc}") from None
         try:
             with self.progress.status("importing the model"):
-                model = load_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
-                                   seed=o.seed)
+                model = import_model(source, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
+                                     seed=o.seed)
             self._check_stop()
             return self._run(db, model, target)
         finally:

@@ -52,14 +52,20 @@ def test_not_a_database(monkeypatch, capsys, tmp_path):
     assert path.read_text() == "these are notes, not a database\n" * 20
 
 
+def _foreign_sqlite_file(path, table: str):
+    """A SQLite file at ``path`` holding another application's ``table`` and no tuning schema."""
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE TABLE {table} (body TEXT)"))
+    engine.dispose()
+    return path
+
+
 @pytest.mark.parametrize("command", [["stats"], ["best", "--model", "qwen3-0.6b"], ["export", "out"]])
 def test_reading_commands_add_nothing_to_another_database(monkeypatch, capsys, tmp_path, command):
     other, empty, same_name = tmp_path / "other.db", tmp_path / "empty.db", tmp_path / "same_name.db"
-    for path, table in ((other, "notes"), (same_name, "session")):  # "session" is also a tuning table's name
-        engine = create_engine(f"sqlite:///{path}")
-        with engine.begin() as conn:
-            conn.execute(text(f"CREATE TABLE {table} (body TEXT)"))
-        engine.dispose()
+    _foreign_sqlite_file(other, "notes")
+    _foreign_sqlite_file(same_name, "session")  # "session" is also a tuning table's name
     empty.touch()
     for path in (other, empty, same_name):
         before = path.read_bytes()
@@ -74,11 +80,7 @@ def test_reading_commands_add_nothing_to_another_database(monkeypatch, capsys, t
 
 def test_writing_commands_refuse_another_applications_sqlite_file(monkeypatch, capsys, tmp_path):
     """tune db upgrade and import never add tuning tables to a SQLite file that holds other tables."""
-    path = tmp_path / "app.db"
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        conn.execute(text("CREATE TABLE session (body TEXT)"))
-    engine.dispose()
+    path = _foreign_sqlite_file(tmp_path / "app.db", "session")
     before = path.read_bytes()
     (tmp_path / "records").mkdir()
     for args in (["upgrade"], ["import", str(tmp_path / "records")]):

@@ -72,7 +72,6 @@ def test_read_only_database(tmp_path):
             db.add_target(TargetRecord("{}", "local"))
 
 
-
 def test_sqlite_uri_arguments_without_uri_true(tmp_path):
     """mode=ro on a plain path would be ignored (SQLAlchemy only warns): it is an error naming the fix."""
     path = tmp_path / "tune.db"
