@@ -6,7 +6,8 @@ line: workload index, trace, run seconds, target, argument info). Both are read
 and written with TVM's own ``JSONDatabase``; nothing is hand-parsed.
 
 Mapping: a MetaSchedule workload's ``main`` PrimFunc is our workload (keyed by
-its structural hash, as the tuner keys kernels); its trace is a candidate; each
+its structural hash, as the tuner keys kernels, and of the op kind its blocks
+show, ``measure.tvmapi.op_kind``, as the tuner files them); its trace is a candidate; each
 tuning record is one measurement on the record's target with the RPC key given
 to the import. Run seconds of 1e9 or more (MetaSchedule's mark of a failed run)
 or none at all become a ``run_error``; a failed measurement is exported with
@@ -55,6 +56,7 @@ def import_metaschedule(db, directory: str | Path, key: str) -> dict[str, int]:
     tuning_records = _read(Path(directory))
     from measure.tvmapi import (
         estimate_flops,
+        op_kind,
         structural_hash,
         target_json,
         trace_to_json,
@@ -65,7 +67,7 @@ def import_metaschedule(db, directory: str | Path, key: str) -> dict[str, int]:
         func = record.workload.mod["main"]
         wh = structural_hash(func)
         if wh not in workloads:
-            workloads[wh] = _workload_record(func, wh, estimate_flops(func))
+            workloads[wh] = _workload_record(func, wh, estimate_flops(func), op_kind(func))
         target = TargetRecord(target_json(record.target), key)
         targets[target.target_hash] = target
         candidate = CandidateRecord(wh, trace_to_json(record.trace))
@@ -146,7 +148,7 @@ def _read(directory: Path) -> list:
         raise DatabaseError(f"corrupt MetaSchedule database in {directory}: {_first_line(exc)}") from None
 
 
-def _workload_record(func, workload_hash: str, flops: float) -> WorkloadRecord:
+def _workload_record(func, workload_hash: str, flops: float, kind: str) -> WorkloadRecord:
     from tvm.runtime import DataType
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
@@ -154,7 +156,7 @@ def _workload_record(func, workload_hash: str, flops: float) -> WorkloadRecord:
     nbytes = sum(math.prod(s["shape"]) * DataType(s["dtype"]).bits // 8 for s in shapes)
     name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "main"
     return WorkloadRecord(
-        workload_hash=workload_hash, name=name, op_kind="other",
+        workload_hash=workload_hash, name=name, op_kind=kind,
         script=func.without_attr("global_symbol").script(), shapes_json=json.dumps(shapes),
         flops=float(flops), bytes_moved=float(nbytes),
     )

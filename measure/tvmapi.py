@@ -40,6 +40,55 @@ def estimate_flops(func: PrimFunc) -> float:
     return float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
 
 
+def op_kind(func: PrimFunc) -> str:
+    """The kind of a kernel, from its blocks alone (no name needed).
+
+    ``attention`` when it has both a max-reduction and a sum-reduction (a softmax);
+    else ``matmul`` when a reduction block updates ``acc + a * b`` with ``a`` and
+    ``b`` read from two different buffers (GEMM, GEMV, batched attention scores);
+    else ``reduction`` when any block has a reduction axis (RMS norm, mean);
+    else ``elementwise``. Casts around the operands are looked through.
+    """
+    seen = set()
+    sch = Schedule(func)
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        seen |= _reduction_kinds(sch.get(rv))
+    if {"max", "sum"} <= seen:
+        return "attention"
+    if "matmul" in seen:
+        return "matmul"
+    return "reduction" if seen else "elementwise"
+
+
+def _reduction_kinds(block) -> set[str]:
+    """What a block reduces: {} (no reduction axis), {"reduce"}, {"max"}, {"sum"} or {"sum", "matmul"}."""
+    if not any(iv.iter_type == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars):
+        return set()
+    store, prim = block.body, tvm.ir.prim.expr
+    if not isinstance(store, tvm.tirx.stmt.BufferStore):
+        return {"reduce"}
+    if isinstance(store.value, prim.Max):
+        return {"max"}
+    if not isinstance(store.value, prim.Add):
+        return {"reduce"}
+
+    def bare(e):
+        while isinstance(e, prim.Cast):
+            e = e.value
+        return e
+
+    def load(e):  # the buffer a load reads (TVM 0.27: TensorLoad.source), else None
+        return e.source if isinstance(e, tvm.ir.expr.TensorLoad) else None
+
+    for acc, term in ((store.value.a, store.value.b), (store.value.b, store.value.a)):
+        acc, term = bare(acc), bare(term)
+        if load(acc) is not None and load(acc).same_as(store.buffer) and isinstance(term, prim.Mul):
+            a, b = load(bare(term.a)), load(bare(term.b))
+            if a is not None and b is not None and not a.same_as(b):
+                return {"sum", "matmul"}
+    return {"sum"}
+
+
 def host_cpu() -> str:
     """LLVM's name for this machine's CPU (for example ``znver5``)."""
     return str(tvm.target.codegen.llvm_get_system_cpu())

@@ -9,7 +9,6 @@ form compiled for the host and run on fixed random inputs.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -19,7 +18,7 @@ from tvm import relax
 
 from database import WorkloadRecord
 from measure import KernelReference
-from measure.tvmapi import ArgInfo, PrimFunc, estimate_flops, structural_hash
+from measure.tvmapi import ArgInfo, PrimFunc, estimate_flops, op_kind, structural_hash
 
 from .compile import RUN_ONCE
 
@@ -72,17 +71,6 @@ def _calls(mod: tvm.IRModule) -> tuple[Counter, dict[str, int]]:
     return counts, outputs
 
 
-def _op_kind(name: str, func: PrimFunc) -> str:
-    if "matmul" in name or "dense" in name or "gqa_" in name:
-        return "matmul"
-    if "softmax" in name:
-        return "attention"
-    script = func.script()
-    if re.search(r'T\.axis\.remap\("[SR]*R', script) or "T.axis.reduce" in script:
-        return "reduction"
-    return "elementwise"
-
-
 def _buffers(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
     """(shape, dtype) of each tensor parameter, in order; TypeError on symbolic shapes."""
     return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in ArgInfo.from_prim_func(func)]
@@ -109,7 +97,7 @@ def kernels_of(fused: tvm.IRModule) -> list[Kernel]:
         record = WorkloadRecord(
             workload_hash=structural_hash(func),
             name=gv.name_hint,
-            op_kind=_op_kind(gv.name_hint, func),
+            op_kind=op_kind(func),
             script=func.without_attr("global_symbol").script(),
             shapes_json=json.dumps([{"shape": list(s), "dtype": d} for s, d in buffers]),
             flops=estimate_flops(func),

@@ -78,6 +78,8 @@ def test_import_twice_export_and_back(db_url, ms_dir, tmp_path, monkeypatch, cap
     assert json.loads(out) == {"workloads": 1, "records": 3, "measure_results": 3, "skipped": 0}
     first = our_records(db_url)
     assert sorted(r[2] for r in first) == ["ok", "ok", "run_error"]
+    with open_database(db_url) as db:
+        assert db.get_workload(first[0][1]).op_kind == "matmul"  # read from its blocks: the record has no name
     assert {(1.5e-6, 1.4e-6), (2.0e-6, 2.1e-6)} == {r[3] for r in first if r[2] == "ok"}
 
     code, out, _ = tune_db(monkeypatch, capsys, "import", str(ms_dir), "--db", db_url, "--json")
