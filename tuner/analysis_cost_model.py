@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import trace_features
 from .analysis import AnalysisError, TuningData, require_measurements
 from .cost_model import (FEATURE_VERSION, N_STORE_FEATURES, STORE_AGGREGATES, WORKLOAD_FEATURES, CostModelError,
                          XGBCostModel)
@@ -137,9 +138,9 @@ def ranking_per_workload(fit: ModelFit) -> pd.DataFrame:
 
 def feature_names() -> list[str]:
     """Names of the cost model's features, in order: sum/mean/max of each per-store feature, the compute
-    store's features, then workload features."""
+    store's features, then workload features, then trace features."""
     per_store = [f"{agg}[store feature {i}]" for agg in STORE_AGGREGATES for i in range(N_STORE_FEATURES)]
-    return per_store + list(WORKLOAD_FEATURES)
+    return per_store + list(WORKLOAD_FEATURES) + [f"trace: {name}" for name in trace_features.NAMES]
 
 
 def feature_importance(fit: ModelFit, top: int = 20) -> pd.DataFrame:

@@ -20,7 +20,6 @@ import numpy as np
 
 from database import CandidateRecord
 
-from .cost_model import featurize
 from .kernels import Kernel
 from .roofline_model import RooflineCostModel
 from .space import ScheduleCandidate, ScheduleSpace
@@ -80,7 +79,7 @@ def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MOD
     if not trainer.model.fitted:
         raise ValueError("the cost model is not trained: it cannot pick a schedule")
     cands = [space.default(), *(space.seeds() or space.sample(samples))]
-    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
+    X = space.feature_matrix(cands, kernel.workload)
     best = int(np.argmax(np.asarray(trainer.score(X), dtype=float)))
     return cands[best], float(np.asarray(trainer.predict(X[best:best + 1]), dtype=float)[0])
 

@@ -4,8 +4,9 @@ Every measured candidate of a target (its latency the median over its successful
 measurements; never a failed, timed-out or wrong-result one; see
 ``Database.training_rows``) is replayed: the
 workload's stored TVMScript is parsed back, the candidate's trace applied, and
-TVM's per-store features extracted, so a model can be trained or evaluated on a
-database alone, without the model that produced it.
+the cost model's features extracted (TVM's per-store features, the workload's
+and the trace's), so a model can be trained or evaluated on a database alone,
+without the model that produced it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tvm
 
 from database import CandidateRecord, TrainingRow
 
-from .cost_model import N_FEATURES, featurize, valid_rows
+from .cost_model import N_FEATURES, valid_rows
 from .space import ScheduleSpace
 
 
@@ -29,7 +30,7 @@ class Dataset:
     Attributes
     ----------
     X : np.ndarray
-        float32 [n, 4 * 164 + 4] features (``tuner.cost_model.featurize``).
+        float32 [n, ``N_FEATURES``] features (``tuner.cost_model.featurize``).
     latency_s : np.ndarray
         float64 [n] median latencies in seconds, all finite and positive.
     groups : np.ndarray
@@ -99,8 +100,8 @@ def load_dataset(db, target_hash: str, target: tvm.target.Target) -> Dataset:
                 ok_rows.append(r)
             except Exception:  # TVM raises several error types for a trace that no longer applies
                 skipped += 1
-        for per_store, r in zip(space.features(replayed), ok_rows):
-            feats.append(featurize(per_store, workload))
+        for x, r in zip(space.feature_matrix(replayed, workload), ok_rows):
+            feats.append(x)
             lat.append(r.median_s)
             groups.append(wh)
             hashes.append(r.candidate_hash)

@@ -31,6 +31,11 @@ def load_warm_model(db, target_hash: str, warn=None) -> XGBCostModel | None:
     return None
 
 
+def other_feature_versions(db, target_hash: str) -> list[str]:
+    """Feature versions other than this code's that stored models for ``target_hash`` have (never loaded)."""
+    return sorted({v["feature_version"] for v in db.cost_model_versions(target_hash)} - {FEATURE_VERSION})
+
+
 def save_model(db, target_hash: str, trainer, metrics: dict | None = None) -> int | None:
     """Store the session's model (if it was ever fitted); returns the version id or None.
 

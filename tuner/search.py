@@ -35,7 +35,7 @@ import numpy as np
 
 from database import CandidateRecord, MeasureRecord, TrainingRow
 
-from .cost_model import XGBCostModel, featurize, valid_rows
+from .cost_model import XGBCostModel, valid_rows
 from .kernels import Kernel
 from .space import ScheduleCandidate, ScheduleSpace
 from .templates import LEADING_SEEDS
@@ -184,9 +184,8 @@ def tune_kernel(
     if history:
         replayed = [space.replay(CandidateRecord(row.workload_hash, row.trace_json)) for row in history]
         seen.update((c.record.candidate_hash, c) for c in replayed)
-        for cand, per_store, row in zip(replayed, space.features(replayed), history):
-            trainer.add(row.candidate_hash, featurize(per_store, kernel.workload), row.median_s,
-                        kernel.workload.workload_hash)
+        for x, row in zip(space.feature_matrix(replayed, kernel.workload), history):
+            trainer.add(row.candidate_hash, x, row.median_s, kernel.workload.workload_hash)
         trainer.retrain()
     left = config.trials - len(measured)
     if config.trials == 0:
@@ -214,7 +213,7 @@ def tune_kernel(
     def score(cands: list[ScheduleCandidate]) -> np.ndarray | None:
         if not trainer.model.fitted:
             return None
-        return trainer.score(np.stack([featurize(f, kernel.workload) for f in space.features(cands)]))
+        return trainer.score(space.feature_matrix(cands, kernel.workload))
 
     stop = "budget"
     while len(measured) < config.trials:
@@ -252,9 +251,9 @@ def _learn(trainer, space, kernel, candidates, measured) -> None:
           and measured[c.record.candidate_hash].status == "ok"]
     if not ok:
         return
-    for cand, per_store in zip(ok, space.features(ok)):
-        trainer.add(cand.record.candidate_hash, featurize(per_store, kernel.workload),
-                    measured[cand.record.candidate_hash].median_s, kernel.workload.workload_hash)
+    for cand, x in zip(ok, space.feature_matrix(ok, kernel.workload)):
+        trainer.add(cand.record.candidate_hash, x, measured[cand.record.candidate_hash].median_s,
+                    kernel.workload.workload_hash)
 
 
 def pick_batch(pool: list, n: int, score: Callable[[list], np.ndarray | None], explore: float,

@@ -55,7 +55,7 @@ from .compile import (
 from .confirm import confirm_leaders
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .measuring import BatchMeasurer
-from .model_store import load_warm_model, save_model
+from .model_store import load_warm_model, other_feature_versions, save_model
 from .node_prices import KernelNodeCost, calibrated_roofline
 from .options import RunOptions, TuneError
 from .progress import Progress, fmt_us
@@ -269,6 +269,9 @@ class TuneRun:
         warm = load_warm_model(db, target_rec.target_hash)
         if warm is not None:
             self.progress.note("cost model: warm start from the database")
+        elif other_feature_versions(db, target_rec.target_hash):
+            self.progress.note("cost model: the stored versions have another feature version and are not used; "
+                               "`tune model train` trains one of this version from the database")
         trainer = ModelTrainer(warm)
         spaces = {h: ScheduleSpace(k.func, h, target, seed=o.seed) for h, k in workloads.items()}
         new_trials: Counter = Counter()

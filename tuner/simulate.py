@@ -34,7 +34,7 @@ from sklearn.model_selection import GroupKFold
 
 from database import CandidateRecord, candidate_latency
 
-from .cost_model import XGBCostModel, featurize
+from .cost_model import XGBCostModel
 from .dataset import parse_kernel
 from .search import ModelTrainer, pick_batch
 from .space import ScheduleSpace
@@ -94,7 +94,7 @@ def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 
             lat.append(candidate_latency(medians[ch]) if medians[ch] and ch not in wrong else np.inf)
         if not np.isfinite(lat).any():
             continue
-        X = np.stack([featurize(f, workload) for f in space.features(replayed)])
+        X = space.feature_matrix(replayed, workload)
         index = {c.record.candidate_hash: i for i, c in enumerate(replayed)}
         pools.append(ReplayPool(wh, X, np.array(lat), [index[h] for h in leading if h in index]))
     return pools

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from database import DEFAULT_TRACE_JSON, CandidateRecord
+from database import DEFAULT_TRACE_JSON, CandidateRecord, WorkloadRecord
 from extract.frontend import first_line
 from measure.tvmapi import (
     ArgInfo,
@@ -42,6 +42,7 @@ from measure.tvmapi import (
 )
 
 from .attention_templates import attention_seeds
+from .cost_model import N_FEATURES, featurize
 from .gemv_templates import split_k_seeds
 from .row_templates import row_seeds
 from .templates import gemm_seeds
@@ -218,6 +219,14 @@ class ScheduleSpace:
         measure = [ms.MeasureCandidate(Schedule(c.mod), self.args_info) for c in candidates]
         extractor = ms.feature_extractor.PerStoreFeature()
         return [f.numpy() for f in extractor.extract_from(self.context, measure)]
+
+    def feature_matrix(self, candidates: list[ScheduleCandidate], workload: WorkloadRecord) -> np.ndarray:
+        """The cost model's features of each candidate: float32 [len(candidates), N_FEATURES]
+        (``tuner.cost_model.featurize`` of its per-store features, ``workload`` and trace)."""
+        if not candidates:
+            return np.zeros((0, N_FEATURES), np.float32)
+        return np.stack([featurize(f, workload, c.record.trace_json)
+                         for c, f in zip(candidates, self.features(candidates))])
 
 
 def _unfused_tiling():

@@ -1,13 +1,17 @@
 """The cost model and its metrics on hand-computable and synthetic cases (no TVM compile)."""
 
+import json
+
 import numpy as np
 import pytest
 
-from database import WorkloadRecord
+from database import DEFAULT_TRACE_JSON, WorkloadRecord
 from tuner.analysis_cost_model import feature_names
-from tuner.cost_model import N_FEATURES, OBJECTIVES, CostModelError, XGBCostModel, featurize, labels
+from tuner.cost_model import (N_FEATURES, OBJECTIVES, CostModelError, XGBCostModel, featurize, labels,
+                              workload_features)
 from tuner.evaluate import pairwise_accuracy, ranking_metrics, spearman, topk_score
 from tuner.search import ModelTrainer
+from tuner.trace_features import N_TRACE_FEATURES, trace_features
 
 
 def _workload(flops=1e6, nbytes=1e4):
@@ -52,9 +56,9 @@ def test_labels_never_infinite_and_normalised_per_workload():
 def test_featurize_replaces_nan_and_inf():
     per_store = np.full((2, 164), np.nan, np.float32)
     per_store[1, :3] = [np.inf, -np.inf, 5.0]
-    vec = featurize(per_store, _workload(flops=0.0, nbytes=0.0))
-    assert vec.shape == (N_FEATURES,) == (4 * 164 + 4,) and np.isfinite(vec).all()
-    assert featurize(np.zeros((0, 164)), _workload()).shape == (N_FEATURES,)
+    vec = featurize(per_store, _workload(flops=0.0, nbytes=0.0), DEFAULT_TRACE_JSON)
+    assert vec.shape == (N_FEATURES,) == (4 * 164 + 9 + N_TRACE_FEATURES,) and np.isfinite(vec).all()
+    assert featurize(np.zeros((0, 164)), _workload(), DEFAULT_TRACE_JSON).shape == (N_FEATURES,)
 
 
 def test_featurize_carries_the_row_of_the_store_with_the_most_arithmetic():
@@ -63,10 +67,45 @@ def test_featurize_carries_the_row_of_the_store_with_the_most_arithmetic():
     per_store[1, :3] = [6.0, 6.0, 0.0]  # the multiply-accumulate update
     per_store[1, 39] = 3.0
     per_store[2, 1] = 7.0  # an epilogue add
-    vec = featurize(per_store, _workload())
+    vec = featurize(per_store, _workload(), DEFAULT_TRACE_JSON)
     assert np.array_equal(vec[3 * 164:4 * 164], per_store[1])
     assert vec[2 * 164 + 1] == 7.0  # the max over stores still sees the epilogue
     assert len(feature_names()) == N_FEATURES == vec.shape[0]
+
+
+# A trace of MetaSchedule's multi-level tiling, cut to its sampling instructions: a spatial loop split
+# into 4 tiles, a reduction loop into 2, an unroll step and a compute location.
+TILED_TRACE = json.dumps([
+    [["GetSBlock", [], ["C", "main"], ["b0"]], ["SamplePerfectTile", ["l1"], [4, 64], ["v2", "v3", "v4", "v5"]],
+     ["Split", ["l1", "v2", "v3", "v4", "v5"], [], ["l6", "l7", "l8", "l9"]],
+     ["SamplePerfectTile", ["l10"], [2, 64], ["v11", "v12"]], ["Vectorize", ["l9"], [], []],
+     ["SampleCategorical", [], [[0, 16, 64], [0.3, 0.3, 0.4]], ["v13"]],
+     ["SampleComputeLocation", ["b0"], [], ["l14"]]],
+    [[1, [2, 4, 8, 16]], [3, [32, 4]], [5, 2], [6, -1]]])
+
+
+def test_trace_features_read_tiles_unroll_and_instructions():
+    f = trace_features(TILED_TRACE)
+    assert f.shape == (N_TRACE_FEATURES,)
+    assert list(f[:6]) == [1, 2, 3, 4, 5, 2]  # log2 of each tile level: spatial 4-way, then reduction 2-way
+    assert list(f[6:9]) == [2, 4, 7]  # unroll choice, decisions, instructions
+    assert f[9] == 1.0 and f[12] == 1.0  # log2(1 + 1): one Split, one Vectorize
+    assert list(f[-2:]) == [-1, -1]  # the compute location: root
+    untuned = trace_features(DEFAULT_TRACE_JSON)
+    assert (untuned[:6] == 0).all() and untuned[6] == -3 and (untuned[-2:] == -3).all()
+    with pytest.raises(ValueError, match="not a trace"):
+        trace_features("{}")
+
+
+def test_workload_features_read_the_shapes():
+    w = WorkloadRecord("w", "k", "matmul", "", json.dumps([{"shape": [1, 2048], "dtype": "float32"},
+                                                         {"shape": [4096, 2048], "dtype": "float32"},
+                                                         {"shape": [1, 4096], "dtype": "float32"}]), 2 ** 24, 2 ** 22)
+    f = workload_features(w, 2)
+    assert list(f[:4]) == [24, 22, 2, 1]
+    assert f[4:7] == pytest.approx(np.log2([4097, 2, 1]))  # output extents, largest first; a missing one is 0
+    assert f[7:9] == pytest.approx(np.log2([1 + 4096 * 2048, 1 + 2048]))  # input elements, largest first
+    assert (workload_features(_workload(), 1)[4:] == 0).all()  # no shapes recorded
 
 
 def _synthetic(n_groups=6, per_group=20, seed=0):
@@ -76,7 +115,7 @@ def _synthetic(n_groups=6, per_group=20, seed=0):
         for _ in range(per_group):
             per_store = rng.random((2, 164)).astype(np.float32)
             w = _workload(flops=10 ** (5 + g))
-            X.append(featurize(per_store, w))
+            X.append(featurize(per_store, w, DEFAULT_TRACE_JSON))
             lat.append((g + 1) * 1e-4 * np.exp(2 * per_store[0, 0] - per_store[1, 1]))
             groups.append(f"w{g}")
     return np.stack(X), np.array(lat), np.array(groups)

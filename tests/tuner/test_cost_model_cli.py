@@ -19,7 +19,7 @@ from measure.rpc import LOCAL_KEY
 from measure.tvmapi import estimate_flops, make_target, structural_hash, target_json
 from tuner.cli import app
 from tuner.cost_model import FEATURE_VERSION
-from tuner.model_store import load_warm_model
+from tuner.model_store import load_warm_model, other_feature_versions
 from tuner.space import ScheduleSpace
 
 TARGET = '{"kind": "llvm", "num-cores": 1}'
@@ -174,6 +174,8 @@ def test_train_list_and_warm_start(tuned):
         warned = []
         assert load_warm_model(db, target_hash, warn=warned.append) is not None
         assert len(warned) == 1 and "corrupt" in warned[0]
+        assert other_feature_versions(db, target_hash) == ["other-features/v0"]  # stored, never loaded
+        assert other_feature_versions(db, "0" * 64) == []
     finally:
         db.close()
 

@@ -48,7 +48,11 @@ def test_mutants_come_from_sampled_schedules_when_the_seeds_are_fastest():
             records.append(MeasureRecord(h, k.workload.workload_hash, "t", "ok", (latency,) * 3))
         return records
 
-    tune_kernel(kernel, space, {}, [], ModelTrainer(), measure, SearchConfig(trials=24, batch_size=8))
+    # Every pick beyond the leading seeds is drawn at random (explore=1) from a small pool (pool_factor=1),
+    # of which mutants soon make up a third or more: which candidates a model would rank first among
+    # these assigned latencies is not under test.
+    config = SearchConfig(trials=24, batch_size=8, explore=1.0, pool_factor=1)
+    tune_kernel(kernel, space, {}, [], ModelTrainer(), measure, config)
     given = [p for step in space.parents for p in step]
     assert given, "a mutation step ran with parents"
     assert all(space.mutable(p) for p in given), "no seed or default schedule is given as a parent"

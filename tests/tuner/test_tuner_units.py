@@ -54,7 +54,8 @@ def test_space_samples_distinct_replayable_schedules(kernels):
 def test_cost_model_learns_and_round_trips(kernels):
     kernel = max(kernels, key=lambda k: k.workload.flops)
     rng = np.random.default_rng(0)
-    X = np.stack([featurize(rng.random((3, 164)).astype(np.float32), kernel.workload) for _ in range(64)])
+    X = np.stack([featurize(rng.random((3, 164)).astype(np.float32), kernel.workload, DEFAULT_TRACE_JSON)
+                  for _ in range(64)])
     latency = np.exp(-X[:, 0])  # a latency that depends on the features
     model = XGBCostModel(n_estimators=50).fit(X, latency)
     pred = model.predict_latency(X)
@@ -75,7 +76,7 @@ def _trained_on(kernel, space, cands, latency):
     """A trainer whose model learnt ``latency`` (seconds) of ``cands``, and their feature rows."""
     from tuner.search import ModelTrainer
 
-    X = np.stack([featurize(f, kernel.workload) for f in space.features(cands)])
+    X = space.feature_matrix(cands, kernel.workload)
     model = XGBCostModel(n_estimators=50).fit(X, latency, [kernel.workload.workload_hash] * len(cands))
     return ModelTrainer(model), X
 
@@ -91,7 +92,7 @@ def test_untrained_model_picks_nothing_and_a_trained_one_picks_its_first_ranked(
     latency = np.exp(np.random.default_rng(0).normal(size=len(cands)))  # the model learns these
     trainer, X = _trained_on(kernel, space, cands, latency)
     picked, seconds = model_pick(kernel, space, trainer, samples=8)
-    again = featurize(space.features([picked])[0], kernel.workload)[None]
+    again = space.feature_matrix([picked], kernel.workload)
     assert seconds == pytest.approx(float(trainer.predict(again)[0]))  # priced by the latency booster
     assert trainer.score(again)[0] >= trainer.score(X[:1])[0], "never ranked below the default it could pick"
 
