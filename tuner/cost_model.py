@@ -95,6 +95,7 @@ an infinite throughput.
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from pathlib import Path
@@ -158,15 +159,23 @@ def workload_features(workload: WorkloadRecord, n_stores: int) -> np.ndarray:
     """
     flops = max(float(workload.flops), 1.0)
     nbytes = max(float(workload.bytes_moved), 1.0)
+    return np.concatenate([np.log2([flops, nbytes, flops / nbytes, max(float(n_stores), 1.0)]),
+                           _shape_features(workload.shapes_json or "[]")])
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape_features(shapes_json: str) -> np.ndarray:
+    """The 5 shape features of :func:`workload_features`, parsed once per workload (every candidate asks)."""
     try:
-        shapes = [[int(d) for d in b["shape"]] for b in json.loads(workload.shapes_json or "[]")]
+        shapes = [[int(d) for d in b["shape"]] for b in json.loads(shapes_json)]
     except (TypeError, ValueError, KeyError):
         shapes = []
     out = sorted(shapes[-1], reverse=True)[:3] if shapes else []
     inputs = sorted((float(np.prod(s)) for s in shapes[:-1]), reverse=True)[:2]
-    pad = lambda v, n: np.log2(1.0 + np.array(list(v) + [0] * (n - len(v)), np.float64))  # noqa: E731
-    return np.concatenate([np.log2([flops, nbytes, flops / nbytes, max(float(n_stores), 1.0)]),
-                           pad(out, 3), pad(inputs, 2)])
+    padded = out + [0] * (3 - len(out)) + inputs + [0] * (2 - len(inputs))
+    features = np.log2(1.0 + np.array(padded, np.float64))
+    features.setflags(write=False)  # shared by every caller of the cache
+    return features
 
 
 def compute_store(per_store: np.ndarray) -> np.ndarray:
