@@ -57,6 +57,8 @@ def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s
                         None if value is None else value >= GOALS[metric]))
     rows.append(Row(f"Spearman ({ours_name})", ours.get("spearman"), None, "(TenSet publishes none)", None,
                     "(reported, no goal)", None))
+    bounds = "; ".join(f"{label} [{lo:.3f}, {hi:.3f}]" for label, (lo, hi) in
+                       ((m, (ours.get("interval") or {}).get(m) or (float("nan"),) * 2) for m in GOALS))
     others = "; ".join(f"{m}: top-1 {r.get('top1', float('nan')):.3f}, pairwise "
                        f"{(r.get('pairwise') or float('nan')):.3f}" for m, r in data["models"].items() if m != ours_name)
     notes = [
@@ -64,6 +66,8 @@ def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s
         "whole workloads held out (scikit-learn grouped splits).",
         "TenSet's figures are on TenSet's dataset; ours are on this run's Qwen3 kernels, so the ratio compares "
         "levels, not the same data." + (" Quick mode: very few records, the figures mean little." if quick else ""),
+        f"{ours_name}'s 95% bootstrap intervals over workloads (how far each mean could move with other "
+        f"workloads): {bounds}.",
         f"Other models on the same splits: {others}.",
     ]
     return BenchResult(NAME, title, rows=rows, notes=notes, plot={"kind": "ratios"}, command=shown,

@@ -15,7 +15,12 @@ workload with at least two candidates (TenSet's metrics, Zheng et al., NeurIPS
   model orders correctly;
 - Spearman's rank correlation between score and throughput (scipy).
 
-Each figure is the mean over held-out workloads, and again per op kind
+Each figure is the mean over held-out workloads, with its 95% interval
+(``interval``: a percentile bootstrap over the workloads, ``scipy.stats.bootstrap``,
+Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13): how far
+the mean could move were other workloads of the same kind drawn. Workloads with
+fewer than ``min_candidates`` measured candidates can be left out: a workload of
+two candidates adds a pairwise score of exactly 0 or 1. Each figure is given again per op kind
 (``by_kind``): the mean over all workloads weighs every workload alike, and a
 layer has many elementwise kernels with two candidates each, which are easy to
 order, beside the few GEMMs, reductions and attention kernels that hold its
@@ -35,7 +40,7 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import bootstrap, spearmanr
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
@@ -46,6 +51,9 @@ from .cost_model import OBJECTIVES, XGBCostModel, clean_features, labels
 from .dataset import Dataset
 
 MAX_LOGO_GROUPS = 12
+#: bootstrap resamples behind each interval, and its confidence level
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
 MODELS = tuple(f"xgb:{o}" for o in OBJECTIVES) + ("random-forest", "linear", "random")
 
 Scorer = Callable[[np.ndarray], np.ndarray]
@@ -82,12 +90,24 @@ def spearman(latency_s: np.ndarray, score: np.ndarray) -> float | None:
     return None if not np.isfinite(rho) else float(rho)
 
 
-def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray) -> dict:
-    """Mean top-1, top-5, pairwise accuracy and Spearman over groups with two or more candidates."""
+def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, min_candidates: int = 2) -> dict:
+    """Mean top-1, top-5, pairwise accuracy and Spearman over groups with ``min_candidates`` or more candidates.
+
+    Returns ``{top1, top5, pairwise, spearman, workloads, interval}``: each mean
+    (None with no group to judge), the groups judged, and ``interval`` mapping each
+    metric to the ``[low, high]`` bounds of its mean (see :func:`mean_interval`).
+
+    Raises
+    ------
+    ValueError
+        ``min_candidates`` is below 2 (one candidate has nothing to rank).
+    """
+    if min_candidates < 2:
+        raise ValueError(f"a workload needs at least 2 candidates to rank, min_candidates is {min_candidates}")
     per: dict[str, list[float]] = {"top1": [], "top5": [], "pairwise": [], "spearman": []}
     for g in np.unique(groups):
         m = groups == g
-        if m.sum() < 2:
+        if m.sum() < min_candidates:
             continue
         lat, sc = latency_s[m], score[m]
         per["top1"].append(topk_score(lat, sc, 1))
@@ -95,9 +115,26 @@ def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray
         for name, value in (("pairwise", pairwise_accuracy(lat, sc)), ("spearman", spearman(lat, sc))):
             if value is not None:
                 per[name].append(value)
-    out = {name: (float(np.mean(v)) if v else None) for name, v in per.items()}
+    out: dict = {name: (float(np.mean(v)) if v else None) for name, v in per.items()}
     out["workloads"] = len(per["top1"])
+    out["interval"] = {name: mean_interval(v) for name, v in per.items()}
     return out
+
+
+def mean_interval(values: list[float], seed: int = 0) -> list[float] | None:
+    """The ``CONFIDENCE`` interval ``[low, high]`` of the mean of per-workload ``values``.
+
+    A percentile bootstrap (``scipy.stats.bootstrap``, ``BOOTSTRAP_RESAMPLES``
+    resamples of the workloads, seeded by ``seed``); None for fewer than 2 values.
+    """
+    if len(values) < 2:
+        return None
+    v = np.asarray(values, np.float64)
+    if np.all(v == v[0]):
+        return [float(v[0]), float(v[0])]
+    res = bootstrap((v,), np.mean, confidence_level=CONFIDENCE, n_resamples=BOOTSTRAP_RESAMPLES,
+                    method="percentile", rng=np.random.default_rng(seed))
+    return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
 
 
 def fit_scorer(name: str, X: np.ndarray, latency_s: np.ndarray, groups: np.ndarray, seed: int = 0,
@@ -133,11 +170,13 @@ def splits(groups: np.ndarray):
 
 
 def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
-             xgb_params: dict | None = None) -> dict[str, dict]:
+             xgb_params: dict | None = None, min_candidates: int = 2) -> dict[str, dict]:
     """Held-out-workload metrics of each model on ``data``.
 
-    Returns ``{model: {top1, top5, pairwise, spearman, workloads, by_kind}}``,
-    ``by_kind`` mapping each op kind to the same figures over its workloads only.
+    Returns ``{model: {top1, top5, pairwise, spearman, workloads, interval, by_kind}}``
+    (see :func:`ranking_metrics`), ``by_kind`` mapping each op kind to the same
+    figures over its workloads only. Every workload is trained on; only those with
+    ``min_candidates`` or more are judged.
 
     ``xgb_params`` override the XGBoost models' defaults (see :func:`fit_scorer`).
 
@@ -153,12 +192,12 @@ def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
         for train, test in folds:
             scorer = fit_scorer(name, data.X[train], data.latency_s[train], data.groups[train], seed, xgb_params)
             score[test] = scorer(data.X[test])
-        results[name] = _metrics(data.latency_s, score, data.groups, data.kinds)
+        results[name] = _metrics(data.latency_s, score, data.groups, data.kinds, min_candidates)
     return results
 
 
 def evaluate_transfer(train: Dataset, test: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
-                      xgb_params: dict | None = None) -> dict[str, dict]:
+                      xgb_params: dict | None = None, min_candidates: int = 2) -> dict[str, dict]:
     """Metrics of each model trained on all of ``train`` and judged on the workloads of ``test`` that
     ``train`` never measured (a later compile's new shapes, ranked by what an earlier one learned).
 
@@ -179,12 +218,12 @@ def evaluate_transfer(train: Dataset, test: Dataset, models: tuple[str, ...] = M
     results = {}
     for name in models:
         score = fit_scorer(name, train.X, train.latency_s, train.groups, seed, xgb_params)(test.X[keep])
-        results[name] = _metrics(test.latency_s[keep], score, test.groups[keep], test.kinds[keep])
+        results[name] = _metrics(test.latency_s[keep], score, test.groups[keep], test.kinds[keep], min_candidates)
     return results
 
 
 def repeat_agreement(repeats: dict[str, tuple[float, ...]], data: Dataset,
-                     rows: np.ndarray | None = None) -> dict:
+                     rows: np.ndarray | None = None, min_candidates: int = 2) -> dict:
     """The figures of :func:`evaluate` for the measurements themselves: their first half against their second.
 
     ``repeats`` maps a candidate hash to its repeat times in seconds, in the order
@@ -197,8 +236,8 @@ def repeat_agreement(repeats: dict[str, tuple[float, ...]], data: Dataset,
     in different sessions, so they carry that session-to-session noise too; the
     halves of one measurement only the noise within it.
 
-    Returns ``{top1, top5, pairwise, spearman, workloads, by_kind}`` as one model of
-    :func:`evaluate` does.
+    Returns ``{top1, top5, pairwise, spearman, workloads, interval, by_kind}`` as one
+    model of :func:`evaluate` does, over workloads with ``min_candidates`` or more such rows.
     """
     rows = np.ones(len(data), bool) if rows is None else np.asarray(rows, bool)
     idx = [i for i in np.flatnonzero(rows) if len(repeats.get(data.candidate_hashes[i], ())) >= 2]
@@ -209,7 +248,7 @@ def repeat_agreement(repeats: dict[str, tuple[float, ...]], data: Dataset,
         first.append(np.median(times[:half]))
         second.append(np.median(times[half:]))
     idx = np.array(idx, np.int64)
-    return _metrics(np.array(second), -np.array(first), data.groups[idx], data.kinds[idx])
+    return _metrics(np.array(second), -np.array(first), data.groups[idx], data.kinds[idx], min_candidates)
 
 
 def unseen_workloads(train: Dataset, test: Dataset) -> np.ndarray:
@@ -217,8 +256,10 @@ def unseen_workloads(train: Dataset, test: Dataset) -> np.ndarray:
     return ~np.isin(test.groups, np.unique(train.groups))
 
 
-def _metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, kinds: np.ndarray) -> dict:
-    out = ranking_metrics(latency_s, score, groups)
-    out["by_kind"] = {kind: ranking_metrics(latency_s[kinds == kind], score[kinds == kind], groups[kinds == kind])
+def _metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, kinds: np.ndarray,
+             min_candidates: int) -> dict:
+    out = ranking_metrics(latency_s, score, groups, min_candidates)
+    out["by_kind"] = {kind: ranking_metrics(latency_s[kinds == kind], score[kinds == kind], groups[kinds == kind],
+                                            min_candidates)
                       for kind in sorted(set(kinds.tolist()))}
     return out

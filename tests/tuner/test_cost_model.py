@@ -46,6 +46,30 @@ def test_ranking_metrics_skip_single_candidate_workloads():
     assert m["pairwise"] == 0.5  # (1,2) wrong, (1,5) tie: half, (2,5) right
 
 
+def test_ranking_metrics_leave_out_workloads_below_min_candidates():
+    latency = np.array([1.0, 2.0, 5.0, 1.0, 2.0])
+    score = np.array([0.0, 1.0, 0.0, 1.0, 0.0])
+    groups = np.array(["a", "a", "a", "b", "b"])
+    assert ranking_metrics(latency, score, groups)["workloads"] == 2
+    m = ranking_metrics(latency, score, groups, min_candidates=3)
+    assert m["workloads"] == 1 and m["pairwise"] == 0.5  # b (ordered right) is left out
+    with pytest.raises(ValueError, match="at least 2 candidates"):
+        ranking_metrics(latency, score, groups, min_candidates=1)
+
+
+def test_mean_interval_is_a_bootstrap_of_the_workload_mean():
+    from tuner.evaluate import mean_interval
+
+    assert mean_interval([0.7]) is None and mean_interval([]) is None
+    assert mean_interval([1.0, 1.0, 1.0]) == [1.0, 1.0]
+    coin = [0.0, 1.0] * 50  # 100 workloads scored 0 or 1: standard error sqrt(0.25 / 100) = 0.05
+    low, high = mean_interval(coin)
+    assert low < 0.5 < high and 0.16 < high - low < 0.24  # about 2 * 1.96 * 0.05 = 0.196 wide
+    low4, high4 = mean_interval(coin[:8] * 2)  # 16 workloads: about 2.5 times as wide
+    assert high4 - low4 > 2 * (high - low)
+    assert 0.0 <= low4 and high4 <= 1.0
+
+
 def test_labels_never_infinite_and_normalised_per_workload():
     latency = np.array([1e-3, 2e-3, 1.0, 4.0])
     groups = np.array(["a", "a", "b", "b"])

@@ -102,6 +102,9 @@ def test_eval_compares_models_on_held_out_workloads(tuned):
         assert 0 < m["top1"] <= m["top5"] <= 1.0
         assert 0 <= m["pairwise"] <= 1 and -1 <= m["spearman"] <= 1
         assert m["by_kind"]["matmul"]["workloads"] == 3  # every workload here is a matmul
+        for metric in ("top1", "top5", "pairwise", "spearman"):
+            low, high = m["interval"][metric]
+            assert low <= m[metric] <= high, (name, metric)
     agree = out["repeat_agreement"]  # three repeats each: first two against the third
     assert agree["workloads"] == 3 and 0 < agree["top1"] <= 1.0 and 0 <= agree["pairwise"] <= 1
 
@@ -217,6 +220,8 @@ def test_bad_input_is_one_line(tuned, tmp_path):
                          (("simulate", "--seeds", "0"), "--seeds must be at least 1"),
                          (("simulate", "--trials", "-1"), "--trials must be at least 1"),
                          (("model", "eval", "--models", "oracle"), "unknown model"),
-                         (("model", "eval", "--trees", "0"), "--trees must be at least 2")):
+                         (("model", "eval", "--trees", "0"), "--trees must be at least 2"),
+                         (("model", "eval", "--min-candidates", "1"), "--min-candidates must be at least 2"),
+                         (("model", "eval", "--min-candidates", "1000"), "no judged workload has 1000 or more")):
         with pytest.raises(ValueError, match=needle):
             invoke(*args, "--db", url, "--target", TARGET)

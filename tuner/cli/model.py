@@ -150,18 +150,19 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Seed of the models and the random ranking.")] = 0,
     trees: Annotated[int | None, typer.Option(help="Trees of the XGBoost models (default: the cost model's).")] = None,
     max_bin: Annotated[int | None, typer.Option(help="Histogram bins per feature of the XGBoost models (default: the cost model's).")] = None,
+    min_candidates: Annotated[int, typer.Option("--min-candidates", help="Judge only workloads with at least this many measured candidates (every workload is still trained on).")] = 2,
     train_db: Annotated[str | None, typer.Option("--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it never measured (default: hold out workloads of --db in turn). --target and --key choose the target in both databases.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman; and the measurements themselves (repeat halves)."""
+    """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman, each with its 95% bootstrap interval over workloads; and the measurements themselves (repeat halves)."""
     from ..dataset import load_dataset, load_repeats
-    from ..evaluate import MODELS, evaluate, evaluate_transfer, repeat_agreement, unseen_workloads
+    from ..evaluate import CONFIDENCE, MODELS, evaluate, evaluate_transfer, repeat_agreement, unseen_workloads
 
     chosen = tuple(m.strip() for m in models.split(",")) if models else MODELS
     unknown = [m for m in chosen if m not in MODELS]
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
-    for option, value in (("--trees", trees), ("--max-bin", max_bin)):
+    for option, value in (("--trees", trees), ("--max-bin", max_bin), ("--min-candidates", min_candidates)):
         if value is not None and value < 2:
             raise ValueError(f"{option} must be at least 2, got {value}")
     xgb_params = {k: v for k, v in (("n_estimators", trees), ("max_bin", max_bin)) if v is not None}
@@ -171,10 +172,12 @@ def eval_command(
         data = load_dataset(database, record.target_hash, tvm_target)
         repeats = load_repeats(database, record.target_hash)
     extra = {}
-    judged = None
+    judged = None if train is None else unseen_workloads(train, data)
     if train is not None:
-        results = evaluate_transfer(train, data, chosen, seed=seed, xgb_params=xgb_params)
-        mask = judged = unseen_workloads(train, data)
+        _check_judged(data.groups[judged], min_candidates)
+        results = evaluate_transfer(train, data, chosen, seed=seed, xgb_params=xgb_params,
+                                    min_candidates=min_candidates)
+        mask = judged
         unseen = len(set(data.groups[mask].tolist()))
         extra = {"train_records": len(train), "train_workloads": train.n_workloads, "unseen_workloads": unseen,
                  "judged_records": int(mask.sum())}
@@ -185,19 +188,46 @@ def eval_command(
         if data.n_workloads < 2:
             raise ValueError(f"evaluation holds out whole workloads and needs measurements of at least 2, "
                              f"this target has {data.n_workloads}")
-        results = evaluate(data, chosen, seed=seed, xgb_params=xgb_params)
+        _check_judged(data.groups, min_candidates)
+        results = evaluate(data, chosen, seed=seed, xgb_params=xgb_params, min_candidates=min_candidates)
         head = "held-out workloads:"
-    agreement = repeat_agreement(repeats, data, judged)
+    agreement = repeat_agreement(repeats, data, judged, min_candidates)
     shown = {**results, REPEATS_ROW: agreement}
+    judged_n = next(iter(results.values()))["workloads"] if results else 0
     lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads ({data.skipped} skipped); {head}",
-             f"{'model':<20} {'top-1':>7} {'top-5':>7} {'pairwise':>9} {'spearman':>9}"]
-    lines += [f"{name:<20} {_fmt(r['top1']):>7} {_fmt(r['top5']):>7} {_fmt(r['pairwise']):>9} "
-              f"{_fmt(r['spearman']):>9}" for name, r in shown.items()]
+             f"judged: {judged_n} workloads with at least {min_candidates} candidates; each figure is the mean over "
+             f"them [its {CONFIDENCE:.0%} bootstrap interval over workloads]",
+             f"{'model':<20} " + " ".join(f"{h:>19}" for h in ("top-1", "top-5", "pairwise", "spearman"))]
+    lines += [f"{name:<20} " + " ".join(f"{_with_interval(r, m):>19}" for m in ("top1", "top5", "pairwise", "spearman"))
+              for name, r in shown.items()]
     lines.append(f"({REPEATS_ROW}: how well two measurements agree: the candidates ranked by the first half of "
                  f"their repeat times, judged by the second half; {agreement['workloads']} workloads)")
     lines += _by_kind_lines(shown)
     _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
-                    "skipped": data.skipped, **extra, "models": results, "repeat_agreement": agreement}, lines)
+                    "skipped": data.skipped, "min_candidates": min_candidates, "confidence": CONFIDENCE, **extra,
+                    "models": results, "repeat_agreement": agreement}, lines)
+
+
+def _check_judged(groups, min_candidates: int) -> None:
+    """Raise ValueError when no workload among ``groups`` (one entry per candidate) has ``min_candidates`` candidates.
+
+    Nothing is raised for no candidates at all: the evaluation says why there is nothing to judge.
+    """
+    import numpy as np
+
+    if not len(groups):
+        return
+    most = int(np.unique(groups, return_counts=True)[1].max())
+    if most < min_candidates:
+        raise ValueError(f"no judged workload has {min_candidates} or more measured candidates "
+                         f"(the most is {most}): lower --min-candidates")
+
+
+def _with_interval(result: dict, metric: str) -> str:
+    """``0.850 [0.790,0.901]``: a metric's mean and its bootstrap interval (``-`` where there is none)."""
+    bounds = result["interval"][metric]
+    tail = "" if bounds is None else f" [{bounds[0]:.3f},{bounds[1]:.3f}]"
+    return _fmt(result[metric]) + tail
 
 
 def _by_kind_lines(results: dict) -> list[str]:
