@@ -177,12 +177,11 @@ def eval_command(
         _check_judged(data.groups[judged], min_candidates)
         results = evaluate_transfer(train, data, chosen, seed=seed, xgb_params=xgb_params,
                                     min_candidates=min_candidates)
-        mask = judged
-        unseen = len(set(data.groups[mask].tolist()))
+        unseen = len(set(data.groups[judged].tolist()))
         extra = {"train_records": len(train), "train_workloads": train.n_workloads, "unseen_workloads": unseen,
-                 "judged_records": int(mask.sum())}
+                 "judged_records": int(judged.sum())}
         head = (f"models trained on the --train-db database ({len(train)} measured candidates of "
-                f"{train.n_workloads} workloads), judged on the {int(mask.sum())} candidates of the {unseen} "
+                f"{train.n_workloads} workloads), judged on the {int(judged.sum())} candidates of the {unseen} "
                 f"--db workloads it never measured:")
     else:
         if data.n_workloads < 2:
