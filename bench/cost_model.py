@@ -72,3 +72,8 @@ def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s
     ]
     return BenchResult(NAME, title, rows=rows, notes=notes, plot={"kind": "ratios"}, command=shown,
                        seconds=time.time() - start)
+
+
+if __name__ == "__main__":
+    sys.exit("bench.cost_model has no script of its own: `python -m bench` runs it on the database the "
+             "sample-efficiency benchmark leaves")

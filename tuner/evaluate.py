@@ -125,16 +125,19 @@ def mean_interval(values: list[float], seed: int = 0) -> list[float] | None:
     """The ``CONFIDENCE`` interval ``[low, high]`` of the mean of per-workload ``values``.
 
     A percentile bootstrap (``scipy.stats.bootstrap``, ``BOOTSTRAP_RESAMPLES``
-    resamples of the workloads, seeded by ``seed``); None for fewer than 2 values.
+    resamples of the workloads, seeded by ``seed``), widened to hold the mean
+    itself where floating-point rounding puts a bound a step past it; None for
+    fewer than 2 values.
     """
     if len(values) < 2:
         return None
     v = np.asarray(values, np.float64)
+    mean = float(np.mean(v))  # the mean of equal values, or a resampled mean, can round a step off them
     if np.all(v == v[0]):
-        return [float(v[0]), float(v[0])]
+        return [mean, mean]
     res = bootstrap((v,), np.mean, confidence_level=CONFIDENCE, n_resamples=BOOTSTRAP_RESAMPLES,
                     method="percentile", rng=np.random.default_rng(seed))
-    return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+    return [min(float(res.confidence_interval.low), mean), max(float(res.confidence_interval.high), mean)]
 
 
 def fit_scorer(name: str, X: np.ndarray, latency_s: np.ndarray, groups: np.ndarray, seed: int = 0,

@@ -68,6 +68,10 @@ def test_mean_interval_is_a_bootstrap_of_the_workload_mean():
     low4, high4 = mean_interval(coin[:8] * 2)  # 16 workloads: about 2.5 times as wide
     assert high4 - low4 > 2 * (high - low)
     assert 0.0 <= low4 and high4 <= 1.0
+    # a mean of values just under 1 rounds a step below them: the interval still holds the mean
+    for values in ([0.9999999999999999] * 5, [0.9999999999999998, 0.9999999999999999, 1.0, 0.9999999999999999]):
+        low, high = mean_interval(values)
+        assert low <= float(np.mean(values)) <= high
 
 
 def test_labels_never_infinite_and_normalised_per_workload():

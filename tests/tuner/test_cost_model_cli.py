@@ -126,6 +126,7 @@ def test_eval_and_simulate_trained_on_another_database_judge_only_unseen_workloa
                  "--models", "xgb:reg:latency,random")
     assert out["train_workloads"] == 2 and out["train_records"] >= 2 * 4
     assert out["unseen_workloads"] == 2 and out["judged_records"] < out["records"]
+    assert out["judged_records"] == out["unseen_records"]  # each unseen workload has its 2 candidates and more
     for name in ("xgb:reg:latency", "random"):
         m = out["models"][name]
         assert m["workloads"] == 2 and 0 < m["top1"] <= m["top5"] <= 1.0
@@ -206,6 +207,16 @@ def test_too_few_records_fall_back_to_the_roofline(tuned, tmp_path):
     assert not out["trained"] and out["records"] == 1 and "roofline" in out["message"]
     with pytest.raises(ValueError, match="at least 2"):
         invoke("model", "eval", "--db", f"sqlite:///{db}", "--target", TARGET)
+
+
+def test_judged_rows_count_the_candidates_of_workloads_with_enough_of_them():
+    import numpy as np
+
+    from tuner.cli.model import _judged_rows
+
+    groups = np.array(["a", "b", "a", "c", "c", "a"], dtype=object)
+    assert _judged_rows(groups, 2) == 5 and _judged_rows(groups, 3) == 3 and _judged_rows(groups, 4) == 0
+    assert _judged_rows(groups[:0], 2) == 0
 
 
 def test_bad_input_is_one_line(tuned, tmp_path):

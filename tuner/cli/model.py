@@ -179,10 +179,11 @@ def eval_command(
                                     min_candidates=min_candidates)
         unseen = len(set(data.groups[judged].tolist()))
         extra = {"train_records": len(train), "train_workloads": train.n_workloads, "unseen_workloads": unseen,
-                 "judged_records": int(judged.sum())}
+                 "unseen_records": int(judged.sum()),
+                 "judged_records": _judged_rows(data.groups[judged], min_candidates)}
         head = (f"models trained on the --train-db database ({len(train)} measured candidates of "
-                f"{train.n_workloads} workloads), judged on the {int(judged.sum())} candidates of the {unseen} "
-                f"--db workloads it never measured:")
+                f"{train.n_workloads} workloads), judged on the {unseen} --db workloads it never measured "
+                f"({int(judged.sum())} candidates):")
     else:
         if data.n_workloads < 2:
             raise ValueError(f"evaluation holds out whole workloads and needs measurements of at least 2, "
@@ -194,13 +195,14 @@ def eval_command(
     shown = {**results, REPEATS_ROW: agreement}
     judged_n = next(iter(results.values()))["workloads"] if results else 0
     lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads ({data.skipped} skipped); {head}",
-             f"judged: {judged_n} workloads with at least {min_candidates} candidates; each figure is the mean over "
-             f"them [its {CONFIDENCE:.0%} bootstrap interval over workloads]",
+             f"judged: {_workloads(judged_n)} with at least {min_candidates} candidates; each figure is the mean "
+             + (f"over them [its {CONFIDENCE:.0%} bootstrap interval over workloads]" if judged_n > 1 else
+                "(no interval: it needs 2 workloads or more)"),
              f"{'model':<20} " + " ".join(f"{h:>19}" for h in ("top-1", "top-5", "pairwise", "spearman"))]
     lines += [f"{name:<20} " + " ".join(f"{_with_interval(r, m):>19}" for m in ("top1", "top5", "pairwise", "spearman"))
               for name, r in shown.items()]
     lines.append(f"({REPEATS_ROW}: how well two measurements agree: the candidates ranked by the first half of "
-                 f"their repeat times, judged by the second half; {agreement['workloads']} workloads)")
+                 f"their repeat times, judged by the second half; {_workloads(agreement['workloads'])})")
     lines += _by_kind_lines(shown)
     _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
                     "skipped": data.skipped, "min_candidates": min_candidates, "confidence": CONFIDENCE, **extra,
@@ -220,6 +222,18 @@ def _check_judged(groups, min_candidates: int) -> None:
     if most < min_candidates:
         raise ValueError(f"no judged workload has {min_candidates} or more measured candidates "
                          f"(the most is {most}): lower --min-candidates")
+
+
+def _judged_rows(groups, min_candidates: int) -> int:
+    """Candidates (entries of ``groups``, one per candidate) of the workloads with ``min_candidates`` or more."""
+    import numpy as np
+
+    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return int((counts[inverse] >= min_candidates).sum())
+
+
+def _workloads(n: int) -> str:
+    return f"{n} workload" + ("" if n == 1 else "s")
 
 
 def _with_interval(result: dict, metric: str) -> str:
