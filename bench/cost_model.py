@@ -57,8 +57,8 @@ def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s
                         None if value is None else value >= GOALS[metric]))
     rows.append(Row(f"Spearman ({ours_name})", ours.get("spearman"), None, "(TenSet publishes none)", None,
                     "(reported, no goal)", None))
-    bounds = "; ".join(f"{label} [{lo:.3f}, {hi:.3f}]" for label, (lo, hi) in
-                       ((m, (ours.get("interval") or {}).get(m) or (float("nan"),) * 2) for m in GOALS))
+    intervals = ours.get("interval") or {}
+    bounds = "; ".join(f"{m} {_bounds(intervals.get(m))}" for m in GOALS)
     others = "; ".join(f"{m}: top-1 {r.get('top1', float('nan')):.3f}, pairwise "
                        f"{(r.get('pairwise') or float('nan')):.3f}" for m, r in data["models"].items() if m != ours_name)
     notes = [
@@ -72,6 +72,11 @@ def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s
     ]
     return BenchResult(NAME, title, rows=rows, notes=notes, plot={"kind": "ratios"}, command=shown,
                        seconds=time.time() - start)
+
+
+def _bounds(interval: list[float] | None) -> str:
+    """``[0.750, 0.899]``, or ``none`` where too few workloads were judged for an interval."""
+    return "none" if interval is None else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ def eval_command(
         head = "held-out workloads:"
     agreement = repeat_agreement(repeats, data, judged, min_candidates)
     shown = {**results, REPEATS_ROW: agreement}
-    judged_n = next(iter(results.values()))["workloads"] if results else 0
+    judged_n = next(iter(results.values()))["workloads"]
     lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads ({data.skipped} skipped); {head}",
              f"judged: {_workloads(judged_n)} with at least {min_candidates} candidates; each figure is the mean "
              + (f"over them [its {CONFIDENCE:.0%} bootstrap interval over workloads]" if judged_n > 1 else
@@ -209,16 +209,22 @@ def eval_command(
                     "models": results, "repeat_agreement": agreement}, lines)
 
 
+def _workload_sizes(groups):
+    """For each candidate (an entry of ``groups``, its workload hash), how many candidates its workload has."""
+    import numpy as np
+
+    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return counts[inverse]
+
+
 def _check_judged(groups, min_candidates: int) -> None:
     """Raise ValueError when no workload among ``groups`` (one entry per candidate) has ``min_candidates`` candidates.
 
     Nothing is raised for no candidates at all: the evaluation says why there is nothing to judge.
     """
-    import numpy as np
-
     if not len(groups):
         return
-    most = int(np.unique(groups, return_counts=True)[1].max())
+    most = int(_workload_sizes(groups).max())
     if most < min_candidates:
         raise ValueError(f"no judged workload has {min_candidates} or more measured candidates "
                          f"(the most is {most}): lower --min-candidates")
@@ -226,10 +232,7 @@ def _check_judged(groups, min_candidates: int) -> None:
 
 def _judged_rows(groups, min_candidates: int) -> int:
     """Candidates (entries of ``groups``, one per candidate) of the workloads with ``min_candidates`` or more."""
-    import numpy as np
-
-    _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
-    return int((counts[inverse] >= min_candidates).sum())
+    return int((_workload_sizes(groups) >= min_candidates).sum())
 
 
 def _workloads(n: int) -> str:
