@@ -10,7 +10,7 @@ database and worker:
 
 - the *single* choice is the candidate with the fastest first measurement (what
   the tuner kept before its leaders were confirmed), and its figure that measurement;
-- the leaders are confirmed (:func:`tuner.confirm.confirm_leaders`, the
+- the leaders are confirmed (:func:`tuner.search.confirm.confirm_leaders`, the
   product's defaults: the 3 fastest within 1.25x of the fastest, 3 measurements
   each); the *confirmed* choice is then the fastest by the median of its
   measurements, and its figure that median;
@@ -34,9 +34,9 @@ import sys
 import tempfile
 
 from measure import MeasureConfig
-from tuner.confirm import confirm_leaders
-from tuner.search import SearchConfig
-from tuner.space import ScheduleSpace
+from tuner.search.confirm import confirm_leaders
+from tuner.search.search import SearchConfig
+from tuner.space.space import ScheduleSpace
 
 from . import tuning
 

@@ -3,7 +3,7 @@
 Runs ``tune model eval --json`` on the warm database the sample-efficiency
 benchmark leaves in the suite's work directory (real measurements of several
 Qwen3 kernels by our tuner), and reads the product's default objective
-(``tuner.cost_model.DEFAULT_OBJECTIVE``). The anchor figures are TenSet's
+(``tuner.cost_model.xgb.DEFAULT_OBJECTIVE``). The anchor figures are TenSet's
 XGBoost model as published (Zheng et al., "TenSet: A Large-scale Program
 Performance Dataset for Learned Tensor Compilers", NeurIPS Datasets and
 Benchmarks 2021): top-1 0.829, top-5 0.905, pairwise accuracy 0.846, on its own
@@ -29,7 +29,7 @@ WARM_DB = "warm.db"  # what bench.sample_efficiency leaves in BENCH_WORK_DIR
 
 def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s: float = 3600.0) -> BenchResult:
     """Evaluate on ``work_dir/warm.db``; "not run" when that database is missing or the command fails or times out."""
-    from tuner.cost_model import DEFAULT_OBJECTIVE
+    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE
 
     db_path = os.path.join(work_dir, WARM_DB)
     tune = [sys.executable, "-m", "tuner", "model", "eval", "--json", "--db", f"sqlite:///{db_path}"]

@@ -234,13 +234,13 @@ def transfer_metrics(source_db: str, target_db: str) -> dict[str, dict]:
     """Ranking metrics of the default cost model trained on every measurement of the SQLite file ``source_db``,
     judged on the workloads of ``target_db`` that ``source_db`` never measured, beside a random ranking.
 
-    Returns ``{"ours": metrics, "random": metrics}`` (``tuner.evaluate.evaluate_transfer``'s figures).
+    Returns ``{"ours": metrics, "random": metrics}`` (``tuner.cost_model.evaluate.evaluate_transfer``'s figures).
     """
     from database import open_database
     from tuner.cli.model import select_target
-    from tuner.cost_model import DEFAULT_OBJECTIVE
-    from tuner.dataset import load_dataset
-    from tuner.evaluate import evaluate_transfer
+    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE
+    from tuner.cost_model.dataset import load_dataset
+    from tuner.cost_model.evaluate import evaluate_transfer
 
     datasets = []
     for path in (source_db, target_db):

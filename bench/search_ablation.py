@@ -26,7 +26,7 @@ import statistics
 import tempfile
 
 from measure import MeasureConfig
-from tuner.search import SearchConfig
+from tuner.search.search import SearchConfig
 
 from . import tuning
 

@@ -1,8 +1,8 @@
 """Tuning a Qwen3 matmul kernel with our tuner and with TVM MetaSchedule, and timing the result.
 
 Ours is the product's own path: a Relax ``matmul`` lowered by ``tuner.kernels``
-into a kernel (workload), ``tuner.space.ScheduleSpace`` candidates, the
-``tuner.search.tune_kernel`` loop with the XGBoost ``ModelTrainer``, builds in
+into a kernel (workload), ``tuner.space.space.ScheduleSpace`` candidates, the
+``tuner.search.search.tune_kernel`` loop with the XGBoost ``ModelTrainer``, builds in
 ``measure.Builder``'s process pool, runs on a real TVM RPC worker on 127.0.0.1
 (``measure.LocalRPC``) through ``measure.Runner``, every result recorded in a real
 SQLite tuning database. The anchor is ``tvm.s_tir.meta_schedule.tune_tir`` with
@@ -29,11 +29,11 @@ from database import CandidateRecord, MeasureRecord, TargetRecord, open_database
 from measure import LOCAL_KEY, Builder, LocalRPC, MeasureConfig, Runner
 from measure.tvmapi import apply_trace, host_cpu, make_target, target_json
 from tuner.kernels import Kernel
-from tuner.measuring import BatchMeasurer
-from tuner.model_store import load_warm_model, save_model
-from tuner.node_prices import node_kernel
-from tuner.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
-from tuner.space import ScheduleSpace
+from tuner.search.measuring import BatchMeasurer
+from tuner.cost_model.store import load_warm_model, save_model
+from tuner.cost_model.node_prices import node_kernel
+from tuner.search.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
+from tuner.space.space import ScheduleSpace
 
 from .common import median_time, variants_for
 

@@ -126,7 +126,7 @@ class MeasureRecord:
         The tuning session that measured it.
     confirm : bool
         A re-measurement of a measured candidate (its kernel's leaders confirmed,
-        ``tuner.confirm``), not a trial: the search's budget does not count it.
+        ``tuner.search.confirm``), not a trial: the search's budget does not count it.
     """
 
     candidate_hash: str
@@ -154,7 +154,7 @@ def candidate_latency(medians: list[float]) -> float:
     """A candidate's latency in seconds from the medians of its ``ok`` measurements: their median.
 
     One measurement is its own median. With the leaders re-measured
-    (``tuner.confirm``), the median over three measurements taken at
+    (``tuner.search.confirm``), the median over three measurements taken at
     different moments discards a lucky or unlucky one: on a shared machine the
     same program measured seconds apart differed by a median of 14.5%, up to
     1.85x (a Qwen3-1.7B decode layer, 26 repeated programs).

@@ -102,7 +102,7 @@ runs, memory- or compute-bound. The decode gate/up GEMV of Qwen3-0.6B on a 2-cor
 AVX-512 CPU read its weight at 27 to 29 GB/s packed against 14 GB/s at best in the stored
 layout (16 sampled schedules each, weights cold); on a 2-core AVX2 CPU the prefill
 projections (M = 128) ran at 35 to 37 GFLOP/s packed against 16 to 24 GFLOP/s on a
-``[K, N]`` weight, both with the register-blocked seeds of :mod:`tuner.templates` (a
+``[K, N]`` weight, both with the register-blocked seeds of :mod:`tuner.space.gemm_seeds` (a
 stored ``[N, K]`` weight gets no seed). A quarter is a conservative share of that."""
 
 FAST_EXP_GAIN = 2.0
@@ -119,7 +119,7 @@ rotary embedding (and per-head norm) in the same kernel than alone. On a 2-core 
 (Zen 3), Qwen3-0.6B's Q projection with its norm and rotation, best of the seeds and 8
 sampled schedules each, hot: 3.73 ms fused against 3.26 ms for the packed GEMM alone at
 M = 128, 128.5 us against 93.1 us at M = 1 (the rotation reads past the GEMM's register
-tile, so it runs after it; see :mod:`tuner.templates`)."""
+tile, so it runs after it; see :mod:`tuner.space.gemm_seeds`)."""
 
 # Default latency model: a kernel launch plus the larger of memory and compute time.
 _LAUNCH_S = 2e-6

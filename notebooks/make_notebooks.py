@@ -3,7 +3,7 @@
 Run ``python notebooks/make_notebooks.py`` after editing this file; the
 ``.ipynb`` files are generated, never edited by hand. Every notebook reads the
 database named by its ``db_url`` parameter (papermill's ``parameters`` tag),
-else ``TUNE_DB``, else ``sqlite:///tune.db``, and only calls ``tuner.analysis*``
+else ``TUNE_DB``, else ``sqlite:///tune.db``, and only calls ``tuner.analysis``
 and plots; a part the database cannot support prints ``missing: <reason>``.
 """
 
@@ -24,8 +24,8 @@ SETUP = """\
 %matplotlib inline
 from IPython.display import display
 
-from tuner import analysis as an
-from tuner import analysis_plots as plots
+from tuner.analysis import tables as an
+from tuner.analysis import plots
 
 data = None
 with an.report_missing():
@@ -57,7 +57,7 @@ display(plots.tuning_curves(curves))"""),
         "# Cost model\n\nThe newest stored cost model against every successful measurement of its target "
         "(in-sample), its ranking per workload, its most important features, and how versions changed.",
         [
-            "from tuner import analysis_cost_model as acm",
+            "from tuner.analysis import cost_model as acm",
             part("""
 versions = acm.model_versions(data)
 display(versions)
@@ -103,7 +103,7 @@ display(plots.repeat_noise(noise))"""),
         "measured peak FLOP/s (FMA microbenchmark) and memory bandwidth (STREAM copy); see "
         "`measure/roofline.py` for the method.",
         [
-            "from measure.roofline import measure_roofline\nfrom tuner import analysis_roofline as arl",
+            "from measure.roofline import measure_roofline\nfrom tuner.analysis import roofline as arl",
             part("""
 an.require_measurements(data)
 peaks = measure_roofline()

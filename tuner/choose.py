@@ -7,7 +7,7 @@ kernel's register-blocked or row-wise seeds, or, for a kernel without seeds,
 ``MODEL_PICK_SAMPLES`` sampled schedules (:func:`model_pick`), and is compiled with
 it. A kernel's price is the latency of that schedule (seconds): measured, else
 predicted, else (no trained model: too few measurements) its roofline lower
-bound (``tuner.roofline_model``) with the default schedule. A program's price is
+bound (``tuner.cost_model.roofline``) with the default schedule. A program's price is
 the sum over its kernels of calls times price.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 from database import CandidateRecord
 
 from .kernels import Kernel
-from .roofline_model import RooflineCostModel
-from .space import ScheduleCandidate, ScheduleSpace
+from tuner.cost_model.roofline import RooflineCostModel
+from tuner.space.space import ScheduleCandidate, ScheduleSpace
 
 MODEL_PICK_SAMPLES = 32
 """Sampled schedules the cost model chooses among for a kernel it has no measurement of."""
@@ -60,7 +60,7 @@ def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MOD
 
     The pick is the candidate with the highest score (the score booster, trained
     with the ranking objective ``tune model eval`` chose, see
-    ``tuner.cost_model``); its seconds come from the latency booster.
+    ``tuner.cost_model.xgb``); its seconds come from the latency booster.
 
     Chooses among the untuned default and the space's seeds (:meth:`ScheduleSpace.seeds`:
     the register-blocked GEMM schedules the search measures first, usually the fastest

@@ -52,16 +52,16 @@ from .compile import (
     run_on_worker,
     verify,
 )
-from .confirm import confirm_leaders
+from tuner.search.confirm import confirm_leaders
 from .kernels import Kernel, kernels_of, lower_to_kernels
-from .measuring import BatchMeasurer
-from .model_store import load_warm_model, other_feature_versions, save_model
-from .node_prices import KernelNodeCost, calibrated_roofline
+from tuner.search.measuring import BatchMeasurer
+from tuner.cost_model.store import load_warm_model, other_feature_versions, save_model
+from tuner.cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .options import RunOptions, TuneError
 from .progress import Progress, fmt_us
-from .roofline_model import RooflineCostModel
-from .search import ModelTrainer, SearchConfig, resume_state, tune_kernel
-from .space import ScheduleSpace
+from tuner.cost_model.roofline import RooflineCostModel
+from tuner.search.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
+from tuner.space.space import ScheduleSpace
 
 
 @dataclass
@@ -101,7 +101,7 @@ class RunSummary:
     priced), and how many kinds of GEMM-like e-node were ``priced`` by a tuned kernel or
     ``estimated`` by the calibrated roofline. ``measured_trials`` counts the
     session's trials (measurements of candidates, any status), ``confirm_measurements``
-    its re-measurements of the kernels' leaders (:mod:`tuner.confirm`).
+    its re-measurements of the kernels' leaders (:mod:`tuner.search.confirm`).
     """
 
     session_id: int
@@ -386,7 +386,7 @@ class TuneRun:
         return new
 
     def _add_repriced(self, db, model, example, exploration, graphs, cand_info, spaces, target_rec, trainer):
-        """Extract once more with GEMM-like e-nodes priced by their tuned kernels (:mod:`tuner.node_prices`).
+        """Extract once more with GEMM-like e-nodes priced by their tuned kernels (:mod:`tuner.cost_model.node_prices`).
 
         Appends the program to ``graphs`` when it is new and matches the original. Returns
         what it did (:attr:`RunSummary.repriced`) and the kernel choices of the programs before it.
@@ -432,7 +432,7 @@ class TuneRun:
         return outcome
 
     def _confirm(self, db, kernel, space, target_rec, measurer) -> None:
-        """Re-measure the kernel's leaders (:mod:`tuner.confirm`) and say how its best changed."""
+        """Re-measure the kernel's leaders (:mod:`tuner.search.confirm`) and say how its best changed."""
         wh, th, cfg = kernel.workload.workload_hash, target_rec.target_hash, self.search_config
         before = db.best(wh, th)
         try:

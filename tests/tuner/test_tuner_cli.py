@@ -117,7 +117,7 @@ def test_every_candidate_failing_names_the_workload(tmp_path):
     statuses = con.execute("select status from measure_result").fetchall()
     assert statuses and all(s == ("timeout",) for s in statuses)
     # a rerun with a larger budget resumes over the failed candidates (the session reads their traces back,
-    # tuner.search.resume_state) and fails alike, measuring none of them again
+    # tuner.search.search.resume_state) and fails alike, measuring none of them again
     proc = tune("run", "qwen3-tiny", "--seq-len", "8", "--trials", "2", "--candidates", "1", "--timeout", "0.01",
                 "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
     assert_one_line_error(proc, "every candidate of workload", "timeout")

@@ -13,9 +13,9 @@ import pytest
 from database import open_database
 from extract import load_model
 from measure.tvmapi import make_target
-from tuner.confirm import MARGIN
+from tuner.search.confirm import MARGIN
 from tuner.kernels import kernels_of, lower_to_kernels
-from tuner.space import ScheduleSpace
+from tuner.space.space import ScheduleSpace
 
 
 def tune_json(*args: str, cwd) -> dict:

@@ -8,9 +8,9 @@ import pytest
 from database import DEFAULT_TRACE_JSON
 from extract import load_model
 from measure.tvmapi import make_target
-from tuner.cost_model import FEATURE_VERSION, XGBCostModel, featurize
+from tuner.cost_model.xgb import FEATURE_VERSION, XGBCostModel, featurize
 from tuner.kernels import kernel_reference, kernels_of, lower_to_kernels
-from tuner.space import ScheduleSpace
+from tuner.space.space import ScheduleSpace
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def _largest_kernel_space(kernels):
 
 def _trained_on(kernel, space, cands, latency):
     """A trainer whose model learnt ``latency`` (seconds) of ``cands``, and their feature rows."""
-    from tuner.search import ModelTrainer
+    from tuner.search.search import ModelTrainer
 
     X = space.feature_matrix(cands, kernel.workload)
     model = XGBCostModel(n_estimators=50).fit(X, latency, [kernel.workload.workload_hash] * len(cands))
@@ -83,7 +83,7 @@ def _trained_on(kernel, space, cands, latency):
 
 def test_untrained_model_picks_nothing_and_a_trained_one_picks_its_first_ranked(kernels):
     from tuner.choose import model_pick
-    from tuner.search import ModelTrainer
+    from tuner.search.search import ModelTrainer
 
     kernel, space = _largest_kernel_space(kernels)
     with pytest.raises(ValueError, match="not trained"):

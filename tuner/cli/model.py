@@ -33,7 +33,7 @@ def select_target(db, target: str | None, key: str | None, where: str = "this da
     from measure.rpc import LOCAL_KEY
     from measure.tvmapi import make_target, target_json
 
-    from ..session import default_target
+    from tuner.session import default_target
 
     tvm_target = make_target(target) if target else make_target(default_target())
     record = TargetRecord(target_json(tvm_target), key or LOCAL_KEY)
@@ -68,7 +68,7 @@ def load_training_set(train_db: str, db: str | None, target: str | None, key: st
     """
     from database.session import resolve_url
 
-    from ..dataset import load_dataset
+    from tuner.cost_model.dataset import load_dataset
 
     if not train_db.strip():
         raise ValueError("--train-db is empty: give the URL of the database to train on")
@@ -108,10 +108,10 @@ def train_command(
     With too few measurements nothing is stored and kernels stay priced by the
     analytical roofline model; the output says so.
     """
-    from ..cost_model import DEFAULT_OBJECTIVE, OBJECTIVES
-    from ..dataset import load_dataset
-    from ..model_store import train_version
-    from ..roofline_model import MIN_TRAIN_RECORDS, RooflineCostModel
+    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
+    from tuner.cost_model.dataset import load_dataset
+    from tuner.cost_model.store import train_version
+    from tuner.cost_model.roofline import MIN_TRAIN_RECORDS, RooflineCostModel
 
     objective = objective or DEFAULT_OBJECTIVE
     if objective not in OBJECTIVES:
@@ -139,7 +139,7 @@ def train_command(
            f"pairwise {_fmt(m.get('pairwise'))}, Spearman {_fmt(m.get('spearman'))}"])
 
 
-#: the row of ``tune model eval`` that judges the measurements themselves (:func:`tuner.evaluate.repeat_agreement`)
+#: the row of ``tune model eval`` that judges the measurements themselves (:func:`tuner.cost_model.evaluate.repeat_agreement`)
 REPEATS_ROW = "repeat halves"
 
 
@@ -155,8 +155,8 @@ def eval_command(
     as_json: JsonOption = False,
 ) -> None:
     """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman, each with its 95% bootstrap interval over workloads; and the measurements themselves (repeat halves)."""
-    from ..dataset import load_dataset, load_repeats
-    from ..evaluate import CONFIDENCE, MODELS, evaluate, evaluate_transfer, repeat_agreement, unseen_workloads
+    from tuner.cost_model.dataset import load_dataset, load_repeats
+    from tuner.cost_model.evaluate import CONFIDENCE, MODELS, evaluate, evaluate_transfer, repeat_agreement, unseen_workloads
 
     chosen = tuple(m.strip() for m in models.split(",")) if models else MODELS
     unknown = [m for m in chosen if m not in MODELS]

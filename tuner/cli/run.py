@@ -40,7 +40,7 @@ def run_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors and the --json output.")] = False,
 ) -> None:
     """Tune a model's kernels, compile the fastest program, verify it and time it."""
-    from ..options import RunOptions
+    from tuner.options import RunOptions
 
     options = RunOptions(  # checks the options before TVM and PyTorch load
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
@@ -56,9 +56,9 @@ def run_command(
         options = dataclasses.replace(options, tracker=str(env_tracker) if env_tracker else None)
     from rich.console import Console
 
-    from ..progress import Progress
-    from ..report import print_summary
-    from ..session import TuneRun
+    from tuner.progress import Progress
+    from tuner.report import print_summary
+    from tuner.session import TuneRun
 
     summary = TuneRun(options, Progress(quiet=quiet)).run()
     if as_json:

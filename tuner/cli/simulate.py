@@ -35,8 +35,8 @@ def simulate_command(
     trials is the pool's best latency divided by the best found in t picks,
     averaged over workloads and seeds (1.0: the best was found).
     """
-    from ..cost_model import XGBCostModel
-    from ..simulate import STRATEGIES, load_pools, simulate
+    from tuner.cost_model.xgb import XGBCostModel
+    from tuner.search.simulate import STRATEGIES, load_pools, simulate
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     bad = [s for s in names if s not in STRATEGIES]
