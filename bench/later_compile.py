@@ -100,9 +100,8 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
     keeps the protocol, and its notes say which budgets differ from the issue's.
     """
     from extract import load_model
-    from measure.tvmapi import make_target
     from tuner.kernels import kernels_of, lower_to_kernels
-    from tuner.session import default_target
+    from tuner.target import resolve_target
 
     from .layer import layer_db_name, metaschedule_layer
 
@@ -154,7 +153,7 @@ def run(quick: bool = False, repeat: int = 10, overrides: dict | None = None) ->
                 tasks = len(kernels_of(lower_to_kernels(imported.mod)))
                 t0 = time.time()
                 figures[stage]["MetaSchedule"] = metaschedule_layer(
-                    imported, cfg["cold_trials"] * tasks, make_target(default_target()),
+                    imported, cfg["cold_trials"] * tasks, resolve_target().target,
                     os.path.join(work, "ms"), repeat)
                 walls[f"{stage}: MetaSchedule"] = time.time() - t0
         _keep_databases(work, quick)

@@ -140,8 +140,7 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
     """Run the benchmark; see the module docstring."""
     from extract import load_model
     from measure.roofline import measure_roofline
-    from measure.tvmapi import make_target
-    from tuner.session import default_target
+    from tuner.target import resolve_target
 
     model = model or ("qwen3-tiny" if quick else "qwen3-0.6b")
     seq_len = seq_len or (8 if quick else 128)
@@ -151,7 +150,7 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
     result = BenchResult(name="layer", title=f"End to end: the {model} layer per stage", command=command)
     start = time.time()
     roofline = measure_roofline()
-    target = make_target(default_target())
+    target = resolve_target().target
     per_stage = {}
     with tempfile.TemporaryDirectory(prefix="bench-layer-") as work:
         for stage in stages:

@@ -2,9 +2,9 @@
 
 Ours is the product's own path: a Relax ``matmul`` lowered by ``tuner.kernels``
 into a kernel (workload), ``tuner.space.space.ScheduleSpace`` candidates, the
-``tuner.search.search.tune_kernel`` loop with the XGBoost ``ModelTrainer``, builds in
-``measure.Builder``'s process pool, runs on a real TVM RPC worker on 127.0.0.1
-(``measure.LocalRPC``) through ``measure.Runner``, every result recorded in a real
+``tuner.search.tune.Tuner`` (the one tuning API ``tune run`` calls: the search loop
+with the XGBoost ``ModelTrainer``, builds in ``measure.Builder``'s process pool, runs
+on a real TVM RPC worker on 127.0.0.1 through ``measure.Runner``), every result recorded in a real
 SQLite tuning database. The anchor is ``tvm.s_tir.meta_schedule.tune_tir`` with
 its defaults (evolutionary search, XGBoost cost model, local builder and runner).
 
@@ -25,15 +25,16 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from database import CandidateRecord, MeasureRecord, TargetRecord, open_database
-from measure import LOCAL_KEY, Builder, LocalRPC, MeasureConfig, Runner
-from measure.tvmapi import apply_trace, host_cpu, make_target, target_json
-from tuner.kernels import Kernel
-from tuner.search.measuring import BatchMeasurer
-from tuner.cost_model.store import load_warm_model, save_model
+from database import CandidateRecord, MeasureRecord, open_database
+from measure import MeasureConfig
+from measure.tvmapi import apply_trace
 from tuner.cost_model.node_prices import node_kernel
-from tuner.search.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
+from tuner.cost_model.store import load_warm_model, save_model
+from tuner.kernels import Kernel
+from tuner.search.search import ModelTrainer, SearchConfig
+from tuner.search.tune import Tuner, trial_pairs
 from tuner.space.space import ScheduleSpace
+from tuner.target import default_target, resolve_target
 
 from .common import median_time, variants_for
 
@@ -64,7 +65,7 @@ class MatmulShape:
 
 def bench_target(cores: int | None = None) -> tvm.target.Target:
     """This CPU as an LLVM target with ``cores`` threads (default all)."""
-    return make_target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": cores or os.cpu_count() or 1})
+    return resolve_target(default_target(cores)).target
 
 
 def matmul_kernel(shape: MatmulShape) -> Kernel:
@@ -104,10 +105,12 @@ def best_so_far(trials: list[Trial], budget: int) -> Trial | None:
 
 
 class OurTuner:
-    """Our tuner with a local tracker, one RPC worker and a build pool (a context manager).
+    """Our tuner (:class:`tuner.search.tune.Tuner`) with a local tracker, one RPC worker and a build pool.
 
-    The measuring processes stay up across databases: :meth:`open` switches the
-    tuning database (each is a real SQLite file with its own session).
+    A context manager. The measuring processes stay up across databases: :meth:`open`
+    switches the tuning database (each is a real SQLite file with its own session).
+    Leaders are not measured again (``confirm_top`` 0): each trial is one measurement,
+    as MetaSchedule's are.
 
     Parameters
     ----------
@@ -121,16 +124,20 @@ class OurTuner:
 
     def __init__(self, target, config: MeasureConfig | None = None, batch_size: int = 8) -> None:
         self.target = target
+        self.resolved = resolve_target(target)
+        self.target_rec = self.resolved.record
         self.config = config or MeasureConfig()
-        self.target_rec = TargetRecord(target_json(target), LOCAL_KEY)
-        self.search = SearchConfig(batch_size=batch_size)
+        self.search = SearchConfig(batch_size=batch_size, confirm_top=0)
         self.db = None
 
     def __enter__(self) -> OurTuner:
-        self.rpc = LocalRPC(key=LOCAL_KEY).__enter__()
-        self.builder = Builder(self.target, timeout_s=self.config.timeout_s)
-        self.runner = Runner(self.rpc.address, self.rpc.key, self.config)
+        self._tuner = Tuner(self.resolved, self.config, self.search).__enter__()
         return self
+
+    @property
+    def measurer(self):
+        """The current database's batch measurer (``measure``, ``remeasure``, ``release``)."""
+        return self._tuner.measurer
 
     def open(self, db_url: str) -> OurTuner:
         """Tune into the database at ``db_url`` from now on (the previous one is closed)."""
@@ -138,8 +145,7 @@ class OurTuner:
         self.db = open_database(db_url)
         self.db.add_target(self.target_rec)
         self.session_id = self.db.start_session({"bench": True}, "bench", "bench")
-        self.measurer = BatchMeasurer(self.db, self.builder, self.runner, self.target_rec, self.session_id,
-                                      lambda: None)
+        self._tuner.open(self.db, self.session_id)
         return self
 
     def close_db(self) -> None:
@@ -155,11 +161,9 @@ class OurTuner:
 
     def __exit__(self, *exc) -> None:
         try:
-            self.builder.close()
-            self.runner.close()
             self._close_db("finished" if exc[0] is None else "failed")
         finally:
-            self.rpc.__exit__(*exc)
+            self._tuner.__exit__(*exc)
 
     def trainer(self, warm: bool) -> ModelTrainer:
         """A cost-model trainer: from the database's newest model for this target when ``warm``, else untrained."""
@@ -175,25 +179,12 @@ class OurTuner:
         The built libraries of its successful candidates are deleted at the end,
         or with ``keep`` kept for re-measurements until ``self.measurer.release()``.
         """
-        wh, th = kernel.workload.workload_hash, self.target_rec.target_hash
-        self.db.add_workload(kernel.workload)
+        wh = kernel.workload.workload_hash
         space = ScheduleSpace(kernel.func, wh, self.target, seed=seed)
         done: list[tuple[CandidateRecord, MeasureRecord]] = []
-
-        def measure(k, batch):
-            records = self.measurer.measure(k, batch)
-            by_hash = {r.candidate_hash: r for r in records}
-            done.extend((c.record, by_hash[c.record.candidate_hash]) for c in batch
-                        if c.record.candidate_hash in by_hash)
-            return records
-
-        try:
-            measured, history, discounted = resume_state(self.db, wh, th)
-            tune_kernel(kernel, space, measured, history, trainer, measure,
-                        dataclasses.replace(self.search, trials=trials, seed=seed), discounted=discounted)
-        finally:
-            if not keep:
-                self.measurer.release()
+        self._tuner.search = dataclasses.replace(self.search, trials=trials, seed=seed)
+        self._tuner.tune({wh: kernel}, {wh: space}, trainer, keep_builds=keep,
+                         on_measured=lambda _k, batch, records: done.extend(trial_pairs(batch, records)))
         return [Trial(c.trace_json, r.median_s if r.status == "ok" else None) for c, r in done]
 
     def save_model(self, trainer: ModelTrainer) -> int | None:

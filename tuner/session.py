@@ -21,7 +21,6 @@ from database import (
     DatabaseError,
     GraphCandidateRecord,
     Heartbeat,
-    TargetRecord,
     open_database,
     stale_after_s,
 )
@@ -30,17 +29,7 @@ from extract import check_model, import_model
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
 from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
-from measure import (
-    LOCAL_KEY,
-    Builder,
-    LocalRPC,
-    MeasureConfig,
-    Runner,
-    TrackerError,
-    parse_tracker,
-    wait_for_key,
-)
-from measure.tvmapi import host_cpu, make_target, target_json
+from measure import LOCAL_KEY, MeasureConfig, parse_tracker, wait_for_key
 
 from .choose import price_programs
 from .compile import (
@@ -52,16 +41,16 @@ from .compile import (
     run_on_worker,
     verify,
 )
-from tuner.search.confirm import confirm_leaders
+from .cost_model.node_prices import KernelNodeCost, calibrated_roofline
+from .cost_model.roofline import RooflineCostModel
+from .cost_model.store import load_warm_model, other_feature_versions, save_model
 from .kernels import Kernel, kernels_of, lower_to_kernels
-from tuner.search.measuring import BatchMeasurer
-from tuner.cost_model.store import load_warm_model, other_feature_versions, save_model
-from tuner.cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .options import RunOptions, TuneError
-from .progress import Progress, fmt_us
-from tuner.cost_model.roofline import RooflineCostModel
-from tuner.search.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
-from tuner.space.space import ScheduleSpace
+from .progress import Progress
+from .search.search import ModelTrainer, SearchConfig
+from .search.tune import Tuner
+from .space.space import ScheduleSpace
+from .target import resolve_target
 
 
 @dataclass
@@ -136,11 +125,6 @@ _STOP_NOTES = {
 }
 
 
-def default_target() -> dict:
-    """This machine's CPU as an LLVM target, with all its cores."""
-    return {"kind": "llvm", "mcpu": host_cpu(), "num-cores": os.cpu_count() or 1}
-
-
 class TuneRun:
     """One tuning session; ``run()`` does it all and returns the summary.
 
@@ -199,10 +183,10 @@ class TuneRun:
 
     def _run_all(self) -> RunSummary:
         o = self.opts
-        target = make_target(o.target) if o.target else make_target(default_target())
-        if not o.tracker and target.kind.name != "llvm":
+        target = resolve_target(o.target, o.key)
+        if not o.tracker and target.target.kind.name != "llvm":
             raise TuneError(
-                f"the embedded worker measures on this CPU; a {target.kind.name} target needs "
+                f"the embedded worker measures on this CPU; a {target.target.kind.name} target needs "
                 "--tracker HOST:PORT --key KEY naming workers of that device"
             )
         if o.tracker:  # fail fast on a bad or unreachable tracker, before any heavy work
@@ -224,7 +208,7 @@ class TuneRun:
 
     def _run(self, db, model, target) -> RunSummary:
         o = self.opts
-        target_rec = TargetRecord(target_json(target), o.key or LOCAL_KEY)
+        target_rec = target.record
         db.add_target(target_rec)
         args = asdict(o)
         if args["db"]:
@@ -273,42 +257,31 @@ class TuneRun:
             self.progress.note("cost model: the stored versions have another feature version and are not used; "
                                "`tune model train` trains one of this version from the database")
         trainer = ModelTrainer(warm)
-        spaces = {h: ScheduleSpace(k.func, h, target, seed=o.seed) for h, k in workloads.items()}
+        spaces = {h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in workloads.items()}
         new_trials: Counter = Counter()
-        with self._workers() as (tracker, key):
-            builder = Builder(target, timeout_s=o.timeout_s)
-            runner = Runner(tracker, key, self.measure_config)
-            measurer = BatchMeasurer(db, builder, runner, target_rec, session_id, self._check_stop)
+        with Tuner(target, self.measure_config, self.search_config, o.tracker, self.progress,
+                   self._check_stop) as tuner:
+            tuner.open(db, session_id)
 
             def tune(todo: dict[str, Kernel]) -> None:
-                self.progress.start_tuning(len(todo) * o.trials)
-                for h, kernel in sorted(todo.items(), key=lambda kv: -kv[1].workload.flops):
-                    outcome = self._tune_workload(db, kernel, spaces[h], target_rec, trainer, measurer)
-                    new_trials[h] = outcome.measured_now
-                    if spaces[h].space_note:
-                        self.progress.note(f"{_label(kernel)}: {spaces[h].space_note}")
-                    self.progress.kernel_done(_label(kernel), outcome.stop_reason, spaces[h].space_error,
-                                              outcome.measured_now,
-                                              o.trials - outcome.measured_now)
+                outcomes = tuner.tune(todo, spaces, trainer)
+                new_trials.update({h: outcome.measured_now for h, outcome in outcomes.items()})
 
             self._phase = "tune"
-            try:
-                tune(workloads)
-                # Extraction again, each GEMM-like e-node priced by its tuned kernel: a program
-                # that mixes what each candidate did best; its new kernels are tuned too.
-                known = repriced = None
-                if o.reprice:
-                    repriced, known = self._add_repriced(db, model, example, exploration, graphs, cand_info,
-                                                         spaces, target_rec, trainer)
-                    if repriced["added"]:
-                        new = self._workloads(db, graphs[-1:], workloads)
-                        spaces.update({h: ScheduleSpace(k.func, h, target, seed=o.seed) for h, k in new.items()})
-                        workloads.update(new)
-                        tune(new)
-            finally:
-                measurer.release()
-                builder.close()
-                runner.close()
+            tune(workloads)
+            # Extraction again, each GEMM-like e-node priced by its tuned kernel: a program
+            # that mixes what each candidate did best; its new kernels are tuned too.
+            known = repriced = None
+            if o.reprice:
+                repriced, known = self._add_repriced(db, model, example, exploration, graphs, cand_info,
+                                                     spaces, target_rec, trainer)
+                if repriced["added"]:
+                    new = self._workloads(db, graphs[-1:], workloads)
+                    spaces.update({h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in new.items()})
+                    workloads.update(new)
+                    tune(new)
+            tuner.measurer.release()
+            tracker, key = tuner.address, tuner.key
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
             self._check_stop()
@@ -316,7 +289,7 @@ class TuneRun:
             ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer, known)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
-            timed, latency, artifact, err = self._compile_and_time(model, target, ranked[:o.measure_top], spaces,
+            timed, latency, artifact, err = self._compile_and_time(model, target.target, ranked[:o.measure_top], spaces,
                                                                    choices, tracker, key, session_id)
         for c, measured in timed:
             db.update_graph_latency(_graph_hash(model.model_hash, c.term_text), predicted=prices[c.term_hash],
@@ -344,15 +317,6 @@ class TuneRun:
                              "predicted_latency_s": prices[c.term_hash], "measured_latency_s": t} for c, t in timed],
             repriced=repriced,
         )
-
-    def _workers(self):
-        o = self.opts
-        if o.tracker:
-            address = parse_tracker(o.tracker)
-            key = o.key or LOCAL_KEY
-            wait_for_key(address, key, timeout_s=o.timeout_s)
-            return _Existing(address, key)
-        return _Local(o.key or LOCAL_KEY)
 
     def _add_candidate(self, db, model, example, cand, graphs: list, cand_info: list) -> bool:
         """Check ``cand`` against the original; when it matches, lower it and append it to ``graphs``."""
@@ -410,45 +374,6 @@ class TuneRun:
         added = new and self._add_candidate(db, model, example, cand, graphs, cand_info)
         return ({"term_hash": cand.term_hash, "new": new, "added": added, "priced": cost.priced,
                  "estimated": cost.estimated}, choices)
-
-    def _tune_workload(self, db, kernel, space, target_rec, trainer, measurer):
-        wh = kernel.workload.workload_hash
-        measured, history, discounted = resume_state(db, wh, target_rec.target_hash)
-
-        def on_batch(k: Kernel, results) -> None:
-            best = db.best(wh, target_rec.target_hash)
-            gflops = k.workload.flops / best[1] / 1e9 if best and k.workload.flops else None
-            self.progress.batch(_label(k), len(db.measured_candidates(wh, target_rec.target_hash)), self.opts.trials,
-                                gflops, best[1] if best else None, len(results))
-
-        outcome = tune_kernel(kernel, space, measured, history, trainer, measurer.measure, self.search_config,
-                              on_batch, discounted)
-        if self.opts.trials:
-            self._confirm(db, kernel, space, target_rec, measurer)
-        if self.opts.trials and measured and db.best(wh, target_rec.target_hash) is None:
-            failures = Counter((m.status, m.error) for m in measured.values())
-            (status, error), _ = failures.most_common(1)[0]
-            raise TuneError(f"every candidate of workload {kernel.name} ({wh}) failed: {status}: {error}")
-        return outcome
-
-    def _confirm(self, db, kernel, space, target_rec, measurer) -> None:
-        """Re-measure the kernel's leaders (:mod:`tuner.search.confirm`) and say how its best changed."""
-        wh, th, cfg = kernel.workload.workload_hash, target_rec.target_hash, self.search_config
-        before = db.best(wh, th)
-        try:
-            again = confirm_leaders(kernel, space, lambda n: db.candidate_latencies(wh, th, n), measurer.remeasure,
-                                    cfg.confirm_top, cfg.confirm_measurements)
-        except TrackerError as err:  # the last batch lost the last worker: the choice waits for one at the end
-            self.progress.note(f"{_label(kernel)}: leaders not measured again: {err}")
-            return
-        finally:
-            measurer.release()
-        after = db.best(wh, th)
-        if again and before and after:
-            self.progress.note(
-                f"{_label(kernel)}: leaders measured again ({len(again)} measurements): best "
-                f"{fmt_us(before[1])} us -> {fmt_us(after[1])} us (median of each leader's measurements"
-                + (", another candidate)" if after[0] != before[0] else ")"))
 
     def _choose(self, db, graphs, spaces, target_rec, trainer, known=None):
         """The candidate programs, cheapest first (see ``tuner.choose``), their prices and the kernels' choices.
@@ -544,34 +469,3 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text).strip("-")[:80]
 
 
-class _Local:
-    """Context: a local tracker and one worker on 127.0.0.1, stopped on exit."""
-
-    def __init__(self, key: str) -> None:
-        self._rpc = LocalRPC(key=key)
-
-    def __enter__(self):
-        self._rpc.__enter__()
-        return self._rpc.address, self._rpc.key
-
-    def __exit__(self, *exc) -> None:
-        self._rpc.__exit__(*exc)
-
-
-class _Existing:
-    """Context: a tracker someone else runs (nothing to start or stop)."""
-
-    def __init__(self, address, key: str) -> None:
-        self.address, self.key = address, key
-
-    def __enter__(self):
-        return self.address, self.key
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-def _label(kernel: Kernel) -> str:
-    """A kernel as progress lines name it: its workload hash's first 8 digits, then its
-    name (different workloads can share a name such as ``dense``)."""
-    return f"{kernel.workload.workload_hash[:8]} {kernel.name}"

@@ -29,14 +29,10 @@ def select_target(db, target: str | None, key: str | None, where: str = "this da
     ValueError
         The target was never measured in this database (the message lists those that were).
     """
-    from database import TargetRecord
-    from measure.rpc import LOCAL_KEY
-    from measure.tvmapi import make_target, target_json
+    from tuner.target import resolve_target
 
-    from tuner.session import default_target
-
-    tvm_target = make_target(target) if target else make_target(default_target())
-    record = TargetRecord(target_json(tvm_target), key or LOCAL_KEY)
+    resolved = resolve_target(target, key)
+    record, tvm_target = resolved.record, resolved.target
     known = db.targets()
     if record not in known:
         listed = "; ".join(f"--target '{t.target_json}' --key {t.key}" for t in known) or "none"
