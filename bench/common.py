@@ -199,10 +199,10 @@ def median_times(calls: dict[str, Callable[[int], object]], variants: int, repea
     shared machine falls on all of them rather than on whichever ran then. Before
     each repeat the timer sleeps ``settle_s`` seconds, so the worker threads of the
     contender before it have stopped spinning: OpenBLAS's idle threads busy-wait
-    for about 2^28 cycles (its ``THREAD_TIMEOUT``, about 0.1 s here) and took a core
-    from the next contender (a TVM GEMV ran at 4.5 GB/s right after numpy and at
-    14 GB/s without numpy in the turns, one run on a 2-core machine). Returns
-    each contender's median over ``repeat`` repeats of (repeat time / calls).
+    for about 2^28 cycles (its ``THREAD_TIMEOUT``, a fraction of a second) and would
+    take a core from the next contender (see docs/decisions.md, "Benchmark timer: the
+    contenders settle between turns"). Returns each contender's median over
+    ``repeat`` repeats of (repeat time / calls).
     """
     names = list(calls)
     number = {}

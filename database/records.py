@@ -155,9 +155,9 @@ def candidate_latency(medians: list[float]) -> float:
 
     One measurement is its own median. With the leaders re-measured
     (``tuner.search.confirm``), the median over three measurements taken at
-    different moments discards a lucky or unlucky one: on a shared machine the
-    same program measured seconds apart differed by a median of 14.5%, up to
-    1.85x (a Qwen3-1.7B decode layer, 26 repeated programs).
+    different moments discards a lucky or unlucky one (on a shared machine the
+    same program measured seconds apart can differ by tens of percent; see
+    docs/decisions.md, "Confirming the leaders, within 1.25x of the fastest").
     """
     return statistics.median(medians)
 

@@ -6,9 +6,9 @@ and for some of those series the engine binds a subterm with the wrong argument 
 place (an operator name where a key belongs, another tensor as an operand): extra
 e-nodes, wrong facts, or a stop with "Illegal merge attempted for function shape".
 Which series go wrong depends on the order the Python layer visits the term in, which
-varies from one process to the next (2 to 7 processes in 100 for a tiny Qwen3 decoder
-layer, measured), and replaying a series that went wrong in a new engine goes wrong the
-same way.
+varies from one process to the next (a few processes in a hundred; see
+docs/decisions.md, "Checking what egglog registered"), and replaying a series that went
+wrong in a new engine goes wrong the same way.
 
 So :func:`register` checks what it built: every e-class must hold exactly one e-node,
 the e-nodes must be the program's subterms one for one (compared by structure), and the

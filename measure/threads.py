@@ -4,11 +4,11 @@ TVM's CPU thread pool (``src/runtime/threading_backend.cc``, ``MaxConcurrency``)
 takes ``TVM_NUM_THREADS``, else ``OMP_NUM_THREADS``, else *half* of
 ``std::thread::hardware_concurrency()`` on x86, assuming two hardware threads per
 core. Where a core has one hardware thread (many virtual machines' vCPUs) that
-leaves half the machine idle: on a 2-vCPU AVX-512 machine without SMT the FMA
-microbenchmark of :mod:`measure.roofline` ran at 118 GFLOP/s with TVM's default
-and 236 GFLOP/s with both cores, while numpy's BLAS used both (one run each).
-Every kernel we time (tuning measurements, programs end to end, the roofline)
-would run on half the cores its rivals use.
+leaves half the machine idle, and the FMA microbenchmark of :mod:`measure.roofline`
+runs at half the speed it reaches on every core, while numpy's BLAS uses them all
+(see docs/decisions.md, "TVM's runtime on every physical core"). Every kernel we
+time (tuning measurements, programs end to end, the roofline) would run on half the
+cores its rivals use.
 
 :func:`use_physical_cores` sets ``TVM_NUM_THREADS`` to the physical cores in this
 process's CPU affinity mask unless the user set it or ``OMP_NUM_THREADS``. It must

@@ -218,14 +218,14 @@ def register_tensor_intrinsics(target: tvm.target.Target) -> None:
 
     ``tvm.s_tir.meta_schedule.TuneContext`` imports ``tvm.s_tir.tensor_intrin``,
     whose package import parses every intrinsic of every backend from TVMScript
-    (CUDA's alone are hundreds): about 24 s of CPU per process on a 2-core x86
-    machine. For an ``llvm`` target this registers the package without running its
-    ``__init__`` and imports only the module of the target's architecture (its
-    ``mtriple``: x86 0.26 s, arm_cpu 1.7 s of CPU, measured with
-    ``time.process_time`` around the import; all three CPU modules when the triple
-    is unknown), so the later import in ``TuneContext`` is free; for any other
-    target kind it imports the whole package as TVM does. Idempotent; call it
-    before creating a ``TuneContext``.
+    (CUDA's alone are hundreds): tens of seconds of CPU per process. For an ``llvm``
+    target this registers the package without running its ``__init__`` and imports
+    only the module of the target's architecture (its ``mtriple``; all three CPU
+    modules when the triple is unknown), a small share of that time (see
+    docs/decisions.md, "Only the target architecture's tensor intrinsics"), so the
+    later import in ``TuneContext`` is free; for any other target kind it imports
+    the whole package as TVM does. Idempotent; call it before creating a
+    ``TuneContext``.
     """
     name = "tvm.s_tir.tensor_intrin"
     if target.kind.name != "llvm":

@@ -67,9 +67,8 @@ def model_pick(kernel: Kernel, space: ScheduleSpace, trainer, samples: int = MOD
     measured on a GEMM); for a kernel without seeds, among the default and up to
     ``samples`` schedules sampled from ``space`` (fewer, or the default only, when the
     space is small or empty). Sampled GEMM schedules are left out where there are seeds:
-    a model trained on a few trials per workload has seen few of them, and on a new
-    Qwen3-1.7B GEMM it predicted 0.96 ms for a sampled schedule that ran in 121 ms (the
-    first seed: 10.7 ms).
+    a model trained on a few trials per workload has seen few of them and misprices
+    them (see docs/decisions.md, "Model pick: seeds only for a GEMM that has them").
 
     Raises
     ------

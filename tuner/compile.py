@@ -35,9 +35,9 @@ RUN_ONCE = frozenset({TRANSFORM_WEIGHTS, _LIFTED})
 PROGRAM_TIMING_BUDGET_S = 30.0
 """Seconds a program's calls in its timed repeats may take in all, as its first (untimed) run
 foretells them. TVM's untuned default build of a real layer takes seconds to tens of seconds
-per call (a Qwen3-0.6B prefill layer 10.6 s on 2 cores of a Zen 4), so ``--repeat`` calls of
-it would take minutes for a reference nobody needs to the millisecond; a tuned layer takes
-milliseconds a call and keeps every repeat."""
+per call, so ``--repeat`` calls of it would take minutes for a reference nobody needs to the
+millisecond; a tuned layer takes milliseconds a call and keeps every repeat (see
+docs/decisions.md, "Timing budget for a whole program")."""
 MIN_PROGRAM_REPEATS = 3
 
 

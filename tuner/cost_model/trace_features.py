@@ -7,10 +7,9 @@ into 4 tiles and a reduction loop into 2 (``SamplePerfectTile``), and
 ``SampleCategorical`` picks the unroll step. Untuned defaults and hand-written
 seed templates have no decisions; their features are the instruction counts.
 
-Judged with ``tune model eval``'s protocol on six databases of real runs (whole
-workloads held out; figures and settings in ``tuner.cost_model.xgb``): the mean
-top-1 over seven settings rose from 0.881 to 0.890 with them, pairwise accuracy
-from 0.816 to 0.818, within noise.
+They raise held-out top-1 a little and pairwise accuracy within noise (see
+docs/decisions.md, "Cost model features: the workload's shapes and the trace's
+decisions").
 """
 
 from __future__ import annotations

@@ -10,88 +10,24 @@ store count, and the buffers' shapes) and the features of the candidate's trace
 (``tuner.cost_model.trace_features``: tile sizes, unroll step, instruction counts). NaN or
 infinite feature values become 0.
 
-The shape and trace features were judged (``rank:pairwise``; top-1 / top-5 /
-pairwise, the mean over seven settings, the databases' rows side by side) on six
-databases of real runs, each ``tune run MODEL --stage S --trials 16`` on a
-2-core AMD EPYC (Zen 4): Qwen3-0.6B decode at KV 512 and 1024 and prefill at 64
-and 128 tokens, Qwen3-1.7B decode and prefill at 128 (368 to 402 measurements
-of 45 to 47 workloads each). The settings: the 0.6B ones to the 1.7B ones'
-unseen workloads; 0.6B decode and prefill at 128 to those; the 1.7B ones to the
-0.6B ones; the 1.7B ones to 0.6B decode and prefill at 128; workloads of the
-0.6B ones held out (5 grouped folds, 3 shuffles); of the 1.7B ones; the mean of
-each database held out alone. Without both: 0.881 / 0.977 / 0.816; with the
-trace's: 0.890 / 0.975 / 0.818; with both: 0.887 / 0.981 / 0.815. Without the
-prefill at 64 tokens (five databases): 0.875 / 0.974 / 0.806, 0.883 / 0.975 /
-0.814, 0.884 / 0.977 / 0.812, and 0.879 / 0.974 / 0.804 with the shapes' alone.
-Top-1 gains a little, pairwise accuracy does not beyond noise: the shapes are
-kept for what a workload is (the evaluation protocol asks for them), the trace's
-because they never lowered the seven-setting mean.
-
 The compute store's own row keeps its loop structure, vectorization and buffer
 strides together, where the aggregates mix them with an initialisation store,
-an epilogue or a split-k partial sum. Judged with ``tune model eval``
-(``xgb:reg:latency``, top-1 / pairwise, whole workloads held out) on the
-databases of one scaled later-compile run (``python -m bench.later_compile
---stages decode --source-trials 32 --warm-trials 4 --cold-trials 16`` with
-``$BENCH_WORK_DIR`` set) and of ``tune run qwen3-0.6b --stage prefill --trials 8``
-(a 2-core AMD EPYC, Zen 4), without and with it:
-
-- Qwen3-0.6B decode, 32 trials (754 measurements, 47 workloads): 0.883 / 0.760
-  against 0.855 / 0.758 (the one database where top-1 fell);
-- Qwen3-1.7B decode, 16 trials (386, 46 workloads): 0.896 / 0.827 against 0.905 / 0.829;
-- trained on the first, judged on the 14 workloads of the second it never
-  measured (``--train-db``): 0.870 / 0.761 against 0.930 / 0.792;
-- Qwen3-0.6B prefill, 8 trials (218, 46 workloads): 0.934 / 0.854 against 0.933 / 0.876.
+an epilogue or a split-k partial sum. The shape and trace features gain a
+little top-1 and no pairwise accuracy beyond noise: the shapes are kept for what
+a workload is, the trace's because they never lowered the held-out mean (see
+docs/decisions.md, "Cost model features: the compute store's own row" and
+"Cost model features: the workload's shapes and the trace's decisions").
 
 Two boosters are trained on the same rows:
 
 - the *score* booster ranks candidates within a workload (higher is faster).
-  Its objective is one of ``OBJECTIVES``, chosen by ``tune model eval`` (whole
-  workloads held out; top-1 / top-5 / pairwise, XGBoost at the size below) on
-  databases of real tuning runs on a 2-core AMD EPYC (Zen 4), each
-  ``tune run MODEL --stage S --trials 16`` (370 to 402 measurements of 45 to 47
-  workloads): Qwen3-0.6B decode at KV lengths 512 and 1024, prefill at 64 and
-  128 tokens, and Qwen3-1.7B decode and prefill, the four 0.6B ones merged
-  into one database and the two 1.7B ones into another (``tune db export``,
-  ``tune db import``). The later compile's question, trained on the 0.6B
-  database and judged on the 28 workloads of the 1.7B one it never measured
-  (``tune model eval --train-db``), ``rank:pairwise`` against ``reg:latency``,
-  ``reg:normalized`` and ``rank:ndcg``: 0.945 / 0.995 / 0.866 against
-  0.811 / 0.982 / 0.810, 0.945 / 0.995 / 0.857 and 0.921 / 0.989 / 0.835;
-  workloads of the 0.6B database held out in turn: 0.945 / 0.987 / 0.861
-  against 0.895 / 0.979 / 0.823, 0.942 / 0.988 / 0.837 and 0.916 / 0.985 /
-  0.823. With the same evaluation code over five settings of the six
-  databases' rows (the 0.6B ones to the 1.7B ones; 0.6B decode and prefill at
-  128 tokens only to the 1.7B ones; the 1.7B ones to those two; workloads held
-  out of the four 0.6B ones together; the mean over the six each held out
-  alone) the means are top-1 0.935 against 0.906, 0.932 and 0.933, pairwise
-  0.848 against 0.825, 0.836 and 0.819, and ``rank:pairwise`` has the best
-  pairwise in four of the five: it is the
-  default. (On the earlier databases of one shape each, 8 to 16 trials, the
-  objectives were a wash: each won on some.) On four later databases of the
-  same kind (Qwen3-0.6B and 1.7B, decode at a KV length of 512 and prefill at
-  64 tokens, ``--trials 16``), trained on the 0.6B one and judged on the 14
-  workloads of the 1.7B one it never measured, with each mean's 95% bootstrap
-  interval over workloads (``tune model eval`` prints them): ``rank:pairwise``
-  0.849 / 0.943 / 0.825 [0.750, 0.899] on decode and 0.922 / 0.988 / 0.851
-  [0.787, 0.914] on prefill, against ``reg:latency`` 0.849 / 0.978 / 0.830 and
-  0.805 / 0.939 / 0.784, ``reg:normalized`` 0.938 / 0.967 / 0.825 and 0.787 /
-  0.989 / 0.828: every gap between objectives lies well inside the intervals,
-  so databases of this size cannot tell the objectives apart. A regression on
-  ``-log(latency)`` spends its trees on telling workloads apart, whose latencies span eight
-  orders of magnitude once prefill and decode share a database (20 ns to
-  2.4 s in the 0.6B one); a ranking
-  objective compares candidates of one workload only. Depth 4 or 8, 200 or
-  300 trees, eta 0.05 or 0.3, or a minimum child weight of 3 changed the
-  five-setting means by less than 0.01; row and column subsampling (0.8)
-  lowered the first setting's figures (0.931 / 0.999 / 0.866 against
-  0.946 / 0.998 / 0.872 on the rows side by side). Booster size
-  was chosen on a Qwen3-0.6B prefill database (264 measurements of 57
-  workloads, 5 grouped folds): 100 trees over 32 histogram bins fit in 0.23 s
-  (about 210 rows of the 496 features of the first feature version, one
-  thread), against 0.80 s for 200 trees over XGBoost's default 256 bins, with
-  no better figures; on 402 rows ``rank:pairwise`` and the latency booster
-  beside it fit in 0.51 s and 0.30 s;
+  Its objective is one of ``OBJECTIVES``, ``rank:pairwise`` by default: a
+  regression on ``-log(latency)`` spends its trees on telling workloads apart,
+  whose latencies span orders of magnitude once prefill and decode share a
+  database, where a ranking objective compares candidates of one workload only
+  (see docs/decisions.md, "Cost model objective: rank:pairwise"). Both boosters
+  are small, 100 trees over 32 histogram bins on one thread (see
+  docs/decisions.md, "Cost model booster size: 100 trees over 32 histogram bins");
 - the *latency* booster regresses ``-log(median latency in seconds)`` and prices
   kernels the run has not measured (a sum over kernels needs seconds, which a
   ranking score does not give).

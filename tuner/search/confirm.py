@@ -2,10 +2,8 @@
 
 A search keeps the candidate whose measurement was the fastest, and on a
 shared machine that is often the luckiest measurement rather than the fastest
-program (the winner's curse): in a Qwen3-1.7B decode layer tuned at 16 trials
-per kernel, the same program measured twice seconds apart differed by a median
-of 14.5% and up to 1.85x, and a run that measured nothing (``--trials 0``) beat
-the tuned runs end to end. So once a kernel's budget is spent, its ``top``
+program (the winner's curse; see docs/decisions.md, "Confirming the leaders,
+within 1.25x of the fastest"). So once a kernel's budget is spent, its ``top``
 fastest candidates within ``MARGIN`` of the fastest (below) are measured
 again, interleaved, until each has ``measurements`` measurements; a
 candidate's latency is the median over its measurements
@@ -21,16 +19,16 @@ distinct candidates, and a rerun of a confirmed kernel measures nothing.
 
 The margin: the fastest is always measured again (its figure is the one the
 winner's curse inflates), the other leaders only while they are within
-``MARGIN`` (1.25x, about twice the median difference above) of the fastest.
+``MARGIN`` (1.25x, about twice the median difference between two measurements
+of one program on a shared machine) of the fastest.
 A leader further behind is left as measured: it would need a worse than
 usual measurement to hide a faster program, and measuring it only costs time.
 When the fastest falls back on re-measurement, the margin moves with the new
 fastest, so a leader that an unlucky fastest had left outside it is confirmed
 in the next round; what the margin can miss is a program whose own single
-measurement was more than 1.25x too slow. In ``tune run qwen3-tiny --stage
-prefill --seq-len 8 --trials 2`` (50 workloads, the untuned default one of
-each kernel's two candidates), the margin halved the re-measurements, 200 to
-100, and the run took 105 s instead of 139 s.
+measurement was more than 1.25x too slow. The margin halves the
+re-measurements of a small run (see docs/decisions.md, "Confirming the leaders,
+within 1.25x of the fastest").
 """
 
 from __future__ import annotations
@@ -45,8 +43,8 @@ from tuner.space.space import ScheduleSpace
 #: Rounds of re-measurement per kernel beyond ``top`` (each round confirms at least one leader,
 #: and a round that confirms a single one is common once the margin leaves the others out).
 MAX_STEPS = 4
-#: A leader is confirmed while its latency is at most this many times the fastest's (the
-#: same program measured twice on a shared machine differed by a median of 14.5%).
+#: A leader is confirmed while its latency is at most this many times the fastest's (about
+#: twice the median difference between two measurements of one program on a shared machine).
 MARGIN = 1.25
 
 RemeasureFn = Callable[[Kernel, list, list[int]], list[MeasureRecord]]

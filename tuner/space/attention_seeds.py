@@ -16,13 +16,10 @@ vectorises the scores' dot products over ``D`` by ``rfactor`` (a vector of parti
 in a local buffer under each key, then across it), as the row seeds of
 :mod:`tuner.space.row_seeds` do for a softmax's row reductions.
 
-What they give, measured once on a 2-core AVX-512 Xeon (``time_evaluator``, hot cache,
-``fast_attention`` at Qwen3-0.6B's shapes, 16 query heads over 8 K/V heads of 128):
-decode over 512 keys, untuned 2.4 ms, the seeds 0.46 and 0.083 ms, against 0.121 ms for
-the decomposed kernels (scores with the mask, softmax, context; each its best of its
-seeds and 8 sampled schedules). Over a 128-token prompt the vectorised seed takes
-2.4 ms against 0.75 ms decomposed: one query row at a time reads all of ``K`` and ``V``
-once per row, where the decomposed products are register-blocked GEMMs.
+At decode the vectorised seed beats the decomposed kernels; over a prompt it does not:
+one query row at a time reads all of ``K`` and ``V`` once per row, where the decomposed
+products are register-blocked GEMMs (see docs/decisions.md, "Row-wise seeds for the
+fused attention kernel").
 
 They are ordinary traces, measured and learned from like sampled ones.
 """

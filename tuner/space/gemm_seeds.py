@@ -44,9 +44,9 @@ K_BLOCKS = (0, 128, 256)
 SKINNY_VECTORS = (1, 2, 4, 8)
 """Vectors per tile for an output of fewer rows than the smallest ``mr`` (a decode GEMV):
 the tile is all its rows, and wider, since each weight vector is used by so few rows
-that the FMA can read it from memory instead of holding it in a register. On a 2-core
-AVX2 Zen 2, Qwen3-0.6B's decode GEMVs on packed weights read 11 to 13 GB/s with 2
-vectors, 14 to 18 with 8, and no more with 12 or 16 (one run each, weights cold)."""
+that the FMA can read it from memory instead of holding it in a register. Wider than 8
+vectors read no faster (see docs/decisions.md, "Register-blocked GEMM seeds: tile order
+and decode GEMV widths")."""
 LEADING_SEEDS = 2
 """Seeds measured first: the most promising blocked and unblocked tiles. The others
 join the search's pool, for the cost model to rank beside sampled schedules."""
@@ -87,9 +87,9 @@ def seed_tiles(rows: int, cols: int, depth: int, lanes: int, registers: int) -> 
 
     Order, most promising first: the first blocked and the first unblocked tile (the
     ``LEADING_SEEDS``), then the rest; each by: columns a whole number of tiles (a
-    ragged column edge is predicated inside the vector loop: 31 against 110 GFLOP/s
-    for a 128 x 1024 x 4096 packed GEMM with 6 x 48 tiles on an AVX-512 Zen 4, one
-    run), then accumulators within three quarters of
+    ragged column edge is predicated inside the vector loop, several times slower; see
+    docs/decisions.md, "Register-blocked GEMM seeds: tile order and decode GEMV
+    widths"), then accumulators within three quarters of
     the registers (BLIS's hand-written kernels keep 12 of 16 on AVX2, 6 x 16, and 24
     of 32 on AVX-512; more leaves the compiler too few to avoid spills), then the
     accumulators doing useful work (``mr * vectors`` times the share of the output

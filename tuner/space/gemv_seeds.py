@@ -11,14 +11,10 @@ each core whole rows: block ``p`` of ``k`` sums its rows into a partial output
 contiguous sweep; a second, small block adds the partials. Every sum changes its
 order (within float32 rounding).
 
-What it gives, measured once on a 2-core AVX-512 Zen 4 (``bench.tuning.time_tvm``,
-weights rotated beyond the last-level cache; ``x [1, 2048] @ w [2048, 1024]``,
-Qwen3-0.6B's decode attention output projection, 8 MiB of weight): the register
-tiles 331 to 906 us (the 331 a single tile as wide as the row, on one core; the
-column panels spread over both cores 494 to 906), MetaSchedule's
-``tune_tir`` best of 32 trials 432 us, split-k in 16 parts 235 us, 8 parts 252 us,
-4 parts 271 us, 2 parts 471 us: at 16 parts the weight streams at 36 GB/s, this
-machine's STREAM copy bandwidth (33 GB/s). More parts than cores balance the cores.
+Split-k beats the register tiles and MetaSchedule's own tuning on such a GEMV, and
+with enough parts the weight streams at the machine's copy bandwidth (see
+docs/decisions.md, "Split-k seeds for a decode GEMV on a row-major weight"). More parts
+than cores balance the cores.
 
 The seeds apply to a kernel with one GEMM-like block (:func:`tuner.space.gemm_seeds.gemm_block`)
 of fewer than ``TILE_ROWS[0]`` output rows whose weight is read as ``w[..., k, n]``

@@ -11,12 +11,9 @@ also vectorises the row reductions: the reduction axis is split by the vector
 width and ``rfactor``-ed into a vector of partial results (max is exact; a sum
 changes its summation order, within float32 rounding).
 
-What they give, measured once on a 2-core AVX-512 Xeon (``time_evaluator``, hot
-cache; softmax of ``[1, 16, 128, 640]`` float32, a prefill-kv attention's scores):
-untuned 5.3 ms, the median of 16 sampled schedules 4.0 ms and their best 2.4 ms,
-the seeds 3.7 and 2.7 ms (the vectorised reductions the faster). The seeds start the
-search near the good schedules; the exponentials bound all of them (PyTorch's
-vectorised ``exp`` makes its softmax 0.35 ms there), which is why the e-graph also
+The seeds start the search near the good schedules (the vectorised reductions the
+faster); the exponentials bound all of them (see docs/decisions.md, "Row-wise seeds
+for softmax-like row reductions"), which is why the e-graph also
 offers the softmax with TVM's vectorisable ``fast_exp`` (ruleset ``fast_exp``,
 :mod:`extract.rules`); its kernel gets these seeds too.
 
