@@ -31,23 +31,18 @@ import tvm
 from egglog import EGraph
 from egglog.declarations import CallDecl, ValueDecl
 
-from .lang import (
-    REWRITE_NODES,
-    SECOND_FAMILY,
-    Tensor,
-    decl_name,
-    e_class_facts,
-    node_args,
-    node_name,
-    subterms,
-)
+from .lang import Tensor, decl_name, e_class_facts, node_args, node_name, subterms
 from .lowering import LoweringError, lower
+from .ops import FAST_EXP_GAIN, OPS, PACKED_GAIN, REWRITE_NODES, ROTARY_FUSED_SLOWDOWN
 from .rules import FAMILIES
 from .saturate import ProgramEGraph, recursion_room
 
 __all__ = [
     "DEFAULT_BYTES_PER_S",
     "DEFAULT_FLOPS_PER_S",
+    "FAST_EXP_GAIN",
+    "PACKED_GAIN",
+    "ROTARY_FUSED_SLOWDOWN",
     "STRATEGIES",
     "CandidateGraph",
     "LatencyCostModel",
@@ -64,7 +59,7 @@ Shape = tuple[int, ...]
 NodeCost = Callable[[str, "Shape | None", "str | None", "list[Shape | None]"], "float | None"]
 """``node_cost(op_name, out_shape, dtype, arg_shapes) -> seconds or None``.
 
-``op_name`` is the constructor name (``"dense"``, ``"matmul"``, ``"silu_mul_dense"``...)
+``op_name`` is the constructor name (``"dense"``, ``"matmul"``, ``"rms_norm_dense"``...)
 or, for opaque nodes, the Relax op name (``"relax.nn.softmax"``).  ``out_shape`` and the
 ``arg_shapes`` of the tensor arguments are static shapes or None when unknown; ``dtype``
 is the output dtype.  For ``"merged_dense"`` and ``"merged_dense_bias"`` the shapes are
@@ -76,43 +71,6 @@ EPSILON_S = 1e-12
 """Least cost of a computing e-node, so a term costs more than any of its subterms."""
 FORBIDDEN_S = 1e3
 """Added to e-nodes of forbidden rewrite families: far above any real program latency."""
-
-_FREE = frozenset({"Tensor.var", "Tensor.const", "make_tuple", "get_item"})
-_GEMMS = {
-    "matmul": 1,
-    "dense": 1,
-    "merged_dense": 1,
-    "dense_add": 1,
-    "silu_mul_dense": 2,
-    "dense_bias": 1,
-    "merged_dense_bias": 1,
-    "rms_norm_dense": 1,
-    "gqa_scores": 1,
-    "gqa_context": 1,
-    "gqa_scores_packed": 1,
-    "dense_packed": 1,
-    "merged_dense_packed": 1,
-    "rotary_dense": 1,
-    "rotary_norm_dense": 1,
-}
-_MERGED = {"merged_dense": 2, "merged_dense_bias": 3, "merged_dense_packed": 3}  # name -> position of ``begin``
-PACKED_GAIN = 1.25
-"""Prior only (before anything is measured): how much faster a GEMM on a packed weight
-runs, memory- or compute-bound. The gains measured were 1.5x to 2x; a quarter is a
-conservative share of that (see docs/decisions.md, "Prior node costs: packed weights,
-fast_exp, fused rotary embedding")."""
-
-FAST_EXP_GAIN = 2.0
-"""Prior only (before anything is measured): how much faster softmax and SiLU run with
-TVM's ``fast_exp`` (exact ``exp`` compiles to one scalar libm call per element). The prior
-is half the least gain measured (see docs/decisions.md, "Prior node costs: packed
-weights, fast_exp, fused rotary embedding")."""
-
-ROTARY_FUSED_SLOWDOWN = 1.2
-"""Prior only (before anything is measured): how much slower a projection runs with its
-rotary embedding (and per-head norm) in the same kernel than alone: the rotation reads
-past the GEMM's register tile, so it runs after it (:mod:`tuner.space.gemm_seeds`). See
-docs/decisions.md, "Prior node costs: packed weights, fast_exp, fused rotary embedding"."""
 
 # Default latency model: a kernel launch plus the larger of memory and compute time.
 _LAUNCH_S = 2e-6
@@ -127,9 +85,9 @@ def default_node_cost(
 ) -> float:
     """A rough latency in seconds: launch + max(bytes / bandwidth, flops / peak).
 
-    Reshapes and weight concatenation (a load-time layout change) are free.  GEMM-like
-    nodes count ``2 * out * K`` flops (twice for ``silu_mul_dense``), others one flop per
-    output element; GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times
+    What each operator computes is its entry in :data:`extract.ops.OPS`.  Reshapes and
+    weight concatenation (a load-time layout change) are free.  GEMM-like nodes count
+    ``2 * out * K`` flops per product they compute, others one flop per output element; GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times
     faster (both terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times,
     a projection with its rotary embedding :data:`ROTARY_FUSED_SLOWDOWN` times slower.
     A fused attention counts its two products' flops, moves its inputs and output only
@@ -137,7 +95,8 @@ def default_node_cost(
     them in memory; ``fast_attention`` :data:`FAST_EXP_GAIN` times less).
     Unknown shapes cost one launch.
     """
-    if op_name in _FREE or op_name in ("reshape", "concat"):
+    op = OPS.get(op_name)
+    if op is not None and (op.free or not op.priced):
         return 0.0
     if out_shape is None:
         return _LAUNCH_S
@@ -147,22 +106,12 @@ def default_node_cost(
         itemsize = 4
     out = math.prod(out_shape)
     moved = out + sum(math.prod(s) for s in arg_shapes if s is not None)
-    flops = float(out)
-    x_shape = arg_shapes[0] if arg_shapes else None
-    if op_name in _GEMMS and x_shape:
-        flops = 2.0 * _GEMMS[op_name] * out * x_shape[-1]
-    packed = SECOND_FAMILY.get(op_name) == "weight_layout" or op_name == "gqa_scores_packed"
-    gain = PACKED_GAIN if packed else 1.0
-    if REWRITE_NODES.get(op_name) == "fast_exp":
-        gain = FAST_EXP_GAIN
-    if REWRITE_NODES.get(op_name) == "epilogue_rotary":
-        gain /= ROTARY_FUSED_SLOWDOWN
+    work = op.work(out_shape, arg_shapes) if op is not None and op.work is not None else None
+    flops = float(out) if work is None else work.flops
+    gain = 1.0 if op is None else op.prior_gain
     softmax_s = 0.0
-    if op_name in ("attention", "fast_attention") and len(arg_shapes) > 1 and arg_shapes[1]:
-        keys = arg_shapes[1][2]
-        flops = 4.0 * out * keys  # the scores and the context, 2 * B * H * S * L * D each
-        scores = out // out_shape[-1] * keys
-        softmax_s = 2 * itemsize * scores / DEFAULT_BYTES_PER_S / (FAST_EXP_GAIN if op_name == "fast_attention" else 1.0)
+    if work is not None and work.softmax:
+        softmax_s = 2 * itemsize * work.softmax / DEFAULT_BYTES_PER_S / op.softmax_gain
     return _LAUNCH_S + max(itemsize * moved / DEFAULT_BYTES_PER_S, flops / DEFAULT_FLOPS_PER_S) / gain + softmax_s
 
 
@@ -233,7 +182,7 @@ STRATEGIES: dict[str, frozenset[str]] = {
 }
 """Extraction strategies for :func:`enumerate_candidates`, in the order candidates are
 enumerated: the rewrite families each allows (node families of
-:data:`extract.lang.REWRITE_NODES`; the others are forbidden).  Attention without the
+:data:`extract.ops.REWRITE_NODES`; the others are forbidden).  Attention without the
 repeated K and V (``gqa_attention``) only removes work, so every strategy that fuses
 allows it, and so does TVM's vectorisable ``fast_exp`` in softmax and SiLU
 (``fast_exp``), which every candidate's numerical check vets.  ``merge`` and
@@ -287,7 +236,7 @@ class LatencyCostModel:
         Latency of an e-node in seconds, None for "use the default".  Negative values
         are taken as zero.
     allowed : frozenset of str, optional
-        Rewrite node families allowed (see :data:`extract.lang.REWRITE_NODES`); e-nodes
+        Rewrite node families allowed (see :data:`extract.ops.REWRITE_NODES`); e-nodes
         of the other families cost :data:`FORBIDDEN_S` more.  Default: all.
     pinned : frozenset, optional
         E-node declarations (as in :meth:`nodes`) to extract; every other tensor e-node
@@ -371,7 +320,8 @@ class LatencyCostModel:
 
     def _price(self, decl: CallDecl) -> float:
         name = decl_name(decl)
-        if name in _FREE:
+        entry = OPS.get(name or "")
+        if entry is not None and not entry.priced:
             return 0.0
         args = decl.args
         out = self._shape.get(self._class_of.get(decl))
@@ -379,11 +329,11 @@ class LatencyCostModel:
         arg_shapes = [self._shape.get(v) for v in self._tensor_values(decl)]
         share = 1.0
         op = name
+        at = None if entry is None else entry.merged_begin  # a merged part's ``begin``
         if name == "Tensor.opaque":
             op = str(args[0].expr.value)
-        elif name in _MERGED:
+        elif at is not None:
             wcat = arg_shapes[1] if len(arg_shapes) > 1 else None
-            at = _MERGED[name]
             begin, end = (int(a.expr.value) for a in args[at : at + 2])
             if out is not None and wcat:
                 share = (end - begin) / wcat[0]
@@ -398,10 +348,9 @@ class LatencyCostModel:
                 cost = default_node_cost(op, out, dtype, arg_shapes)
             self._by_signature[signature] = max(float(cost), 0.0)
         cost = self._by_signature[signature] * share + EPSILON_S
-        if name in _MERGED and share < 1.0:
-            at = _MERGED[name]
+        if at is not None and share < 1.0:
             self._groups[decl] = ((name, *args[:at]), self._by_signature[signature])
-        family, second = REWRITE_NODES.get(name), SECOND_FAMILY.get(name)
+        family, second = (None, None) if entry is None else (entry.family, entry.second_family)
         if (family is not None and family not in self.allowed) or (
             second is not None and second not in self.allowed
         ):
@@ -451,8 +400,8 @@ def rewrites_used(term: Tensor, original: Tensor) -> tuple[str, ...]:
 def _family_counts(term: Tensor) -> Counter:
     counts: Counter = Counter()
     for sub in subterms(term):
-        name = node_name(sub)
-        family = REWRITE_NODES.get(name or "")
+        entry = OPS.get(node_name(sub) or "")
+        family = None if entry is None else entry.family
         if family == "merge":
             weights = (
                 node_args(node_args(node_args(sub)[1])[0])
@@ -462,8 +411,8 @@ def _family_counts(term: Tensor) -> Counter:
             family = {3: "merge_qkv", 2: "merge_pair"}.get(len(weights), "merge")
         if family is not None:
             counts[family] += 1
-        if name in SECOND_FAMILY:
-            counts[SECOND_FAMILY[name]] += 1
+        if entry is not None and entry.second_family is not None:
+            counts[entry.second_family] += 1
     return counts
 
 

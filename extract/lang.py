@@ -110,10 +110,6 @@ from egglog.declarations import (
 from egglog.deconstruct import get_callable_args, get_literal_value
 
 __all__ = [
-    "NODE_NAMES",
-    "PACKED_NODES",
-    "REWRITE_NODES",
-    "SECOND_FAMILY",
     "Tensor",
     "add",
     "attention",
@@ -352,56 +348,6 @@ def order(t: Tensor) -> i64:  # type: ignore[empty-body]
     Only weights have an order.  Merge rules require it and list weights in increasing
     order, so each set of weights is merged once, not once per permutation.
     """
-
-
-# Which rewrite family introduces each rewritten constructor (the others are in the
-# input program already).  ``merged_dense`` is "merge"; the extracted term says which
-# merge (three or two weights).  A packed merged part is a merge and a layout choice.
-REWRITE_NODES: dict[str, str] = {
-    "dense": "transpose_fold",
-    "merged_dense": "merge",
-    "silu": "silu",
-    "silu_mul_dense": "epilogue_silu_mul",
-    "dense_add": "epilogue_add",
-    "dense_bias": "epilogue_bias",
-    "merged_dense_bias": "merge",
-    "rms_norm": "rms_norm",
-    "rms_norm_dense": "prologue_rms_norm",
-    "gqa_scores": "gqa_attention",
-    "gqa_context": "gqa_attention",
-    "gqa_scores_packed": "key_layout",
-    "dense_packed": "weight_layout",
-    "merged_dense_packed": "merge",  # also "weight_layout" (see SECOND_FAMILY)
-    "fast_softmax_last": "fast_exp",
-    "fast_silu": "fast_exp",
-    "attention": "fused_attention",
-    "fast_attention": "fused_attention",  # also "fast_exp" (see SECOND_FAMILY)
-    "rotary": "rotary",
-    "rotary_dense": "epilogue_rotary",  # also "weight_layout" (see SECOND_FAMILY)
-    "rotary_norm_dense": "epilogue_rotary",  # also "weight_layout"
-}
-
-PACKED_NODES: frozenset[str] = frozenset({"dense_packed", "merged_dense_packed"})
-"""Constructors that read a packed weight: rewrite family ``weight_layout`` (besides
-their own family in :data:`REWRITE_NODES`)."""
-
-SECOND_FAMILY: dict[str, str] = {
-    **{name: "weight_layout" for name in sorted(PACKED_NODES)},
-    "fast_attention": "fast_exp",
-    "rotary_dense": "weight_layout",  # the fused kernel reads the weight packed
-    "rotary_norm_dense": "weight_layout",
-}
-"""Constructors that also belong to a second rewrite family: an extraction strategy
-allows them only when it allows both."""
-
-NODE_NAMES: frozenset[str] = frozenset(
-    "Tensor.var Tensor.const Tensor.opaque make_tuple get_item matmul permute_dims reshape add "
-    "multiply sigmoid silu dense concat merged_dense dense_add silu_mul_dense dense_bias "
-    "merged_dense_bias square mean_last rsqrt rms_norm rms_norm_dense repeat_heads gqa_scores "
-    "gqa_context gqa_scores_packed dense_packed merged_dense_packed softmax_last fast_softmax_last "
-    "fast_silu attention fast_attention rotate_half rotary rotary_dense rotary_norm_dense".split()
-)
-"""Names of the term-language constructors as egglog prints them (its e-nodes)."""
 
 
 def node_name(term: object) -> str | None:

@@ -20,7 +20,8 @@ from typing import Literal
 import tvm
 from egglog import EGraph, run
 
-from .lang import NODE_NAMES, Tensor
+from .lang import Tensor
+from .ops import NODE_NAMES
 from .registration import register
 from .rules import ANALYSIS, FAMILIES, RULESETS
 from .translate import Translation, translate

@@ -448,7 +448,7 @@ def test_biased_projections_fuse_and_merge():
 def test_gqa_kernels_match_repeated_heads(group):
     """``gqa_scores`` and ``gqa_context`` compute ``q @ repeat(k)^T`` and ``p @ repeat(v)``
     (numpy's ``repeat`` on the head axis: head ``h`` reads K/V head ``h // group``)."""
-    from extract.lowering import gqa_context_te, gqa_scores_te
+    from extract.ops.kernels import gqa_context_te, gqa_scores_te
 
     rng = np.random.default_rng(group)
     kv_heads, seq, keys, depth = 2, 3, 7, 8
@@ -472,7 +472,7 @@ def test_gqa_kernels_match_repeated_heads(group):
 def test_scores_from_packed_keys_match_repeated_heads(group):
     """``gqa_scores_packed`` packs the keys into ``[B, KV, L / b, D, b]`` in its kernel and
     computes ``q @ repeat(k)^T``."""
-    from extract.lowering import gqa_scores_packed_te
+    from extract.ops.kernels import gqa_scores_packed_te
     from extract.rules import PACK_BLOCK
 
     rng = np.random.default_rng(group)
@@ -492,7 +492,7 @@ def test_scores_from_packed_keys_match_repeated_heads(group):
 def test_packed_dense_matches_the_stored_layout(x_shape):
     """``dense_packed`` on ``W`` packed into ``[N / b, K, b]`` (by the lowering's own reshape
     and transpose) computes ``x @ W^T``."""
-    from extract.lowering import dense_packed_te
+    from extract.ops.kernels import dense_packed_te
     from extract.rules import PACK_BLOCK
 
     rng = np.random.default_rng(0)
@@ -525,7 +525,7 @@ def _run_te(fn, x: np.ndarray) -> np.ndarray:
 def test_fast_exp_kernels_match_exact_softmax_and_silu():
     """``fast_softmax_last`` and ``fast_silu`` agree with the exact functions to float32
     rounding, also for masked scores (float32's lowest) and inputs past exp's range."""
-    from extract.lowering import fast_silu_te, fast_softmax_te
+    from extract.ops.kernels import fast_silu_te, fast_softmax_te
 
     rng = np.random.default_rng(0)
     x = (4 * rng.standard_normal((2, 4, 3, 40))).astype("float32")

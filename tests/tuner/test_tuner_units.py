@@ -117,7 +117,7 @@ def test_epilogue_with_two_producers_gets_an_unfused_tiling_space(fused):
     """The fused GEMM kernels TVM's default rules cannot tile are sampled without epilogue fusion, and compute the same."""
     from tvm import te
 
-    from extract.lowering import rms_norm_dense_te, silu_mul_dense_te
+    from extract.ops.kernels import rms_norm_dense_te, silu_mul_dense_te
 
     x, w, w2, g = (te.placeholder(s, name=n) for s, n in [((8, 64), "x"), ((32, 64), "w"), ((32, 64), "w2"),
                                                            ((64,), "g")])

@@ -3,7 +3,7 @@
 The candidate programs of a run are each one extraction strategy (all merges, all
 epilogues...). Once their kernels are tuned, each GEMM-like e-node can be priced by
 the kernel it lowers to: :class:`KernelNodeCost` rebuilds that kernel from the node's
-shapes (the same TE and TVM fusion as :mod:`extract.lowering` and
+shapes (the same TE and TVM fusion as :mod:`extract.ops` and
 :func:`tuner.kernels.lower_to_kernels`), takes its workload hash, and returns the
 kernel's chosen latency in seconds (measured, else predicted: :mod:`tuner.choose`).
 Extraction then picks, node by node, what was fastest on this target: a packed GEMV
@@ -26,18 +26,7 @@ import numpy as np
 from tvm import relax
 
 from database import WorkloadRecord
-from extract.lang import PACKED_NODES
-from extract.lowering import (
-    dense_add_te,
-    dense_bias_te,
-    dense_packed_te,
-    dense_te,
-    gqa_context_te,
-    gqa_scores_packed_te,
-    gqa_scores_te,
-    silu_mul_dense_te,
-)
-from extract.rules import PACK_BLOCK
+from extract.ops import OPS
 
 from tuner.kernels import Kernel, kernels_of, lower_to_kernels
 from .roofline import RooflineCostModel
@@ -45,42 +34,18 @@ from .roofline import RooflineCostModel
 Shape = tuple[int, ...]
 
 
-
-def _weight(shape: Shape, packed: bool) -> Shape:
-    rows, cols = shape
-    return (rows // PACK_BLOCK, cols, PACK_BLOCK) if packed else shape
-
-
-def _inputs(op: str, args: Sequence[Shape]) -> tuple[Callable | None, list[Shape]] | None:
-    """The TE function of ``op``'s kernel (None: Relax's ``matmul``) and its inputs' shapes, or None."""
-    if op == "matmul" and len(args) == 2:
-        return None, list(args)
-    if op in ("dense", "merged_dense", "dense_packed", "merged_dense_packed") and len(args) >= 2:
-        packed = op in PACKED_NODES
-        return (dense_packed_te if packed else dense_te), [args[0], _weight(args[1], packed)]
-    if op in ("dense_bias", "merged_dense_bias") and len(args) == 3:
-        return dense_bias_te, list(args)
-    if op == "dense_add" and len(args) == 3:
-        return dense_add_te, list(args)
-    if op == "silu_mul_dense" and len(args) == 3:
-        return silu_mul_dense_te, list(args)
-    if op in ("gqa_scores", "gqa_context") and len(args) == 2:
-        return (gqa_scores_te if op == "gqa_scores" else gqa_context_te), list(args)
-    if op == "gqa_scores_packed" and len(args) == 2:  # the rule packs by PACK_BLOCK
-        return (lambda q, k: gqa_scores_packed_te(q, k, PACK_BLOCK)), list(args)
-    return None
-
-
 def node_kernel(op: str, out_shape: Shape | None, dtype: str | None, arg_shapes: Sequence[Shape | None]
                 ) -> Kernel | None:
     """The kernel a GEMM-like e-node lowers to on its own, or None (another op, unknown shapes).
 
     Parameters follow :data:`extract.extraction.NodeCost` (for merged parts, the whole
-    merged GEMM's shapes).
+    merged GEMM's shapes); the kernel and its inputs are the operator's entry in
+    :data:`extract.ops.OPS` (:attr:`extract.ops.Op.kernel`).
     """
     if out_shape is None or dtype is None or any(s is None for s in arg_shapes):
         return None
-    spec = _inputs(op, arg_shapes)  # type: ignore[arg-type]
+    entry = OPS.get(op)
+    spec = None if entry is None or entry.kernel is None else entry.kernel(arg_shapes)  # type: ignore[arg-type]
     if spec is None:
         return None
     fn, shapes = spec

@@ -1,6 +1,6 @@
 """Row-wise schedules seeded into the search of a fused attention kernel (CPU targets).
 
-The e-graph's ``attention`` node (:func:`extract.lowering.attention_te`) is one PrimFunc
+The e-graph's ``attention`` node (:func:`extract.ops.kernels.attention_te`) is one PrimFunc
 of eight blocks: ``scores``, ``logits``, ``row_max``, ``shifted``, the exponentials,
 ``row_sum``, ``context`` and ``attention`` (the division by the row sum). Untuned, each
 block sweeps the whole ``[B, H, S, L]`` scores in memory, which is the decomposed form's

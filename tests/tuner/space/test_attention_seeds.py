@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import te, topi
 
-from extract.lowering import attention_te
+from extract.ops.kernels import attention_te
 from measure.tvmapi import apply_trace, make_target
 from tuner.space.attention_seeds import attention_seeds
 from tuner.space.space import ScheduleSpace

@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import te
 
-from extract.lowering import dense_packed_te
+from extract.ops.kernels import dense_packed_te
 from measure.tvmapi import apply_trace, make_target
 from tuner.space.space import ScheduleSpace
 from tuner.space.gemm_seeds import (

@@ -8,7 +8,7 @@ import pytest
 import tvm
 from tvm import te
 
-from extract.lowering import rotary_dense_te
+from extract.ops.kernels import rotary_dense_te
 from measure.tvmapi import make_target
 from tuner.space.gemm_seeds import gemm_seeds
 
