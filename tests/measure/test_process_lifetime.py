@@ -108,7 +108,7 @@ def test_bound_children_and_their_forks_end_with_a_killed_parent():
                               text=True)
     try:
         assert parent.stdout.readline().strip() == "ready"
-        family = _wait_for(lambda: (d := _descendants(parent.pid)) if len(d) == 2 else [], 30, "child and its fork")
+        family = _wait_for(lambda: [d for d in [_descendants(parent.pid)] if len(d) == 2][:1], 30, "child and its fork")[0]
         time.sleep(0.5)  # the thread that started the child has ended: the child is still there
         assert all(_alive(p) for p in family)
         _kill_and_check_gone(parent, family)
