@@ -8,8 +8,10 @@ is bound to its parent here, so that it is killed (SIGKILL) when the parent ends
 * :func:`popen` starts a child bound to the calling process;
 * :func:`bind_forks` binds the children that this process forks with ``os.fork``
   (TVM's RPC server forks one process per session);
-* :func:`bind_tvm_pools` makes TVM's ``PopenWorker`` (the build and run pools, the
-  tracker's serving process) start its processes with :func:`popen`.
+* :func:`bind_tvm_pools` makes TVM's ``PopenWorker`` (the build and run pools)
+  start its processes with :func:`popen`.
+
+The tracker (:mod:`measure.tracker`) serves in its own process, with no child.
 
 On Linux the kernel delivers the signal (``prctl(PR_SET_PDEATHSIG)``), even while
 the child runs native code; the child then checks its parent's pid, so a parent
@@ -157,7 +159,7 @@ class _BoundSubprocess(types.ModuleType):
 
 
 def bind_tvm_pools() -> None:
-    """Make TVM's ``PopenWorker`` processes (``PopenPoolExecutor``, the RPC tracker) end when this process ends.
+    """Make TVM's ``PopenWorker`` processes (``PopenPoolExecutor``) end when this process ends.
 
     Replaces the ``subprocess`` module that ``tvm.support.popen_pool`` sees, in this
     process only. Calling it again does nothing.
