@@ -127,7 +127,8 @@ def popen(args: list[str], preexec_fn: Callable[[], None] | None = None, **kwarg
         if preexec_fn is not None:
             preexec_fn()
 
-    return _spawner.call(lambda: subprocess.Popen(args, preexec_fn=bind, **kwargs))
+    # preexec_fn while other threads run is safe here: the hook only calls prctl and getppid (looked up before the fork)
+    return _spawner.call(lambda: subprocess.Popen(args, preexec_fn=bind, **kwargs))  # noqa: PLW1509
 
 
 _forking_pid = [0]

@@ -145,7 +145,7 @@ def test_killed_tune_worker_and_tune_tracker_leave_nothing_behind():
         # the tracker saw the server's connections close: the worker is gone from `tune workers`
         _wait_for(lambda: workers_for_key(address, "lifetime") == 0, GONE_S, "the killed worker unregistered")
         listed = subprocess.run([sys.executable, "-m", "tuner", "workers", "--tracker", str(address), "--json"],
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True, timeout=120, check=False)
         assert listed.returncode == 0, listed.stderr
         assert not any(s["key"].endswith(":lifetime") for s in json.loads(listed.stdout)["server_info"])
 
