@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from .lifetime import bind_tvm_pools
+
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -92,6 +94,7 @@ class Builder:
             return []
         if self._pool is None or self._built >= self.recycle_after:
             self.close()
+            bind_tvm_pools()  # the build processes end with this process
             self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_s,
                                            initializer=_warm_up if self.warm_up else None, initargs=(self.target,))
             self._built = 0

@@ -17,6 +17,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .lifetime import popen
+
 DEFAULT_TRACKER_PORT = 9190
 LOCAL_KEY = "local"
 _START_S = 120.0  # tracker listening, workers registered: TVM imports slowly on a loaded machine
@@ -156,12 +158,13 @@ def wait_for_key(address: TrackerAddress, key: str, timeout_s: float = 60.0) -> 
 
 
 def _python_module(args: list[str], cpus: set[int] | None = None) -> subprocess.Popen:
-    # A process group of its own: TVM's tracker and server serve from a child process
-    # (and fork one per session), which must end with it.
+    # Bound to this process (it ends when this process ends, however) and a process group
+    # of its own: TVM's tracker and server serve from a child process (and fork one per
+    # session), which must end with it.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if cpus:  # a worker pinned to some cores runs its kernels on those (measure.threads)
         env["TVM_NUM_THREADS"] = str(len(cpus))
-    return subprocess.Popen(
+    return popen(
         [sys.executable, "-m", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
@@ -246,7 +249,7 @@ class LocalRPC:
         for attempt in range(3):
             host, port = self.address.host, str(self.address.port)
             self.tracker_process = _python_module(
-                ["tvm.exec.rpc_tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)]
+                ["measure.tracker", "--host", host, "--port", port, "--port-end", str(self.address.port + 1)]
             )
             self._procs.append(self.tracker_process)
             if _wait_listening(self.address, self.tracker_process, timeout_s=_START_S):

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from .builder import BuildResult
+from .lifetime import bind_tvm_pools
 from .measurement import NO_WORKER, RUN_FAILED, KernelReference, measure_candidates
 from .protocol import MeasureConfig, first_line
 from .rpc import TrackerAddress, TrackerError, queue_status, workers_for_key
@@ -191,6 +192,7 @@ class Runner:
             # device, the worker-enforced session (one per task), and slack for the upload.
             # When it strikes, every candidate of the task is a timeout.
             limit = self.config.device_wait_s + self.config.timeout_s + 30.0
+            bind_tvm_pools()  # the client processes end with this process
             self._pool = PopenPoolExecutor(max_workers=slots, timeout=limit)
             self._slots = slots
 

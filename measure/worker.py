@@ -26,6 +26,8 @@ import logging
 import socket
 import time
 
+from .lifetime import bind_forks
+
 logger = logging.getLogger("measure.worker")
 
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
@@ -92,6 +94,7 @@ def serve(tracker: tuple[str, int], key: str, host: str = "127.0.0.1", port: int
     )
 
     _prompt_tracker_connections()
+    bind_forks()  # a session's process ends with the worker
     sock, bound = bind(host, port, port_end)
     logger.info("worker for RPC key %r on %s:%d, tracker %s:%d", key, host, bound, *tracker)
     while True:

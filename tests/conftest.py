@@ -46,6 +46,12 @@ def write_mlp_onnx(path: Path) -> Path:
     return path
 
 
+@pytest.fixture
+def mlp_onnx(tmp_path) -> Path:
+    """A fresh :func:`write_mlp_onnx` model file in the test's temporary folder."""
+    return write_mlp_onnx(tmp_path / "mlp.onnx")
+
+
 @pytest.fixture(scope="session")
 def tuned_db(tmp_path_factory) -> str:
     """URL of a SQLite database filled by one real ``tune run`` of a tiny ONNX MLP."""

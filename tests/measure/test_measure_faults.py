@@ -2,7 +2,8 @@
 
 Each test starts real TVM RPC processes on 127.0.0.1: a tracker and workers of
 :mod:`measure.worker`. Faults: a kernel that crashes its worker's session process,
-a worker killed with SIGKILL mid-measurement, every worker gone, and a tracker
+a worker's process killed with SIGKILL mid-measurement (alone: its session
+process must end with it, as after an out-of-memory kill), every worker gone, and a tracker
 restarted mid-run.
 """
 
@@ -53,6 +54,30 @@ def _busy_worker(rpc: LocalRPC, timeout_s: float = 60.0) -> int:
     raise AssertionError("no worker started a session")
 
 
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill_worker(rpc: LocalRPC, index: int, gone_s: float = 5.0) -> list[psutil.Process]:
+    """SIGKILL worker ``index``'s process alone; wait up to ``gone_s`` seconds for its session processes to end.
+
+    Returns the session processes it had.
+    """
+    proc = rpc.worker_processes[index]
+    try:
+        sessions = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        sessions = []
+    os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + gone_s
+    while any(_alive(p) for p in sessions) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sessions
+
+
 def test_batch_is_spread_one_candidate_per_worker(two_workers, builds, scale2_reference):
     runner = Runner(two_workers.address, KEY, MeasureConfig(repeat=2, min_repeat_ms=150, **LOOSE))
     try:
@@ -96,10 +121,11 @@ def test_killed_worker_is_worker_lost_then_retried_then_no_worker_left(two_worke
         thread.start()
         victim = _busy_worker(two_workers)
         time.sleep(0.3)
-        os.killpg(two_workers.worker_processes[victim].pid, signal.SIGKILL)
+        sessions = _kill_worker(two_workers, victim)
         thread.join(timeout=120)
         [result] = out["r"]
 
+        assert not any(_alive(p) for p in sessions)
         assert result.status == "ok", result
         assert len(result.retries) == 1
         lost = result.retries[0]
@@ -107,7 +133,7 @@ def test_killed_worker_is_worker_lost_then_retried_then_no_worker_left(two_worke
         assert lost.worker != result.worker
 
         # Kill the last worker: the batch's candidates come back as worker_lost, then the runner stops.
-        os.killpg(two_workers.worker_processes[1 - victim].pid, signal.SIGKILL)
+        _kill_worker(two_workers, 1 - victim)
         start = time.monotonic()
         results = runner.run([builds["scale2"]] * 3, scale2_reference)
         assert time.monotonic() - start < 30
@@ -147,13 +173,14 @@ def test_worker_killed_mid_batch_keeps_what_it_measured(builds):
         try:
             thread.start()
             victim = _burning_worker(rpc)
-            os.killpg(rpc.worker_processes[victim].pid, signal.SIGKILL)
+            sessions = _kill_worker(rpc, victim)
             thread.join(timeout=120)
             first, second, third = out["r"]
         finally:
             thread.join(timeout=120)
             runner.close()
 
+    assert not any(_alive(p) for p in sessions)
     assert [first.status, second.status, third.status] == ["ok"] * 3, [first, second, third]
     [lost] = second.retries
     assert lost.status == "worker_lost" and "lost mid-measurement" in lost.error

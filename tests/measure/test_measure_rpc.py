@@ -140,9 +140,8 @@ def _in_sessions(sessions: set[int]) -> list[list[str]]:
 
 
 def test_local_rpc_exit_ends_all_its_processes():
-    # TVM's tracker and server each serve from a child process of their own (and fork
-    # one per session); every one of them must end with the LocalRPC, wherever it was
-    # reparented to. Each started process leads a session of its own, which its
+    # The tracker serves in its own process; the worker forks one process per session;
+    # every one of them must end with the LocalRPC, wherever it was reparented to. Each started process leads a session of its own, which its
     # children share. Ports are not evidence: another test's worker may take a freed one.
     me = psutil.Process()
     before = set(me.children(recursive=True))
@@ -150,8 +149,8 @@ def test_local_rpc_exit_ends_all_its_processes():
         started = [p for p in me.children(recursive=True) if p not in before]
         servers = queue_status(rpc.address)["server_info"]
         sessions = {os.getsid(p.pid) for p in started}
-        assert len(_in_sessions(sessions)) >= 3
-    assert len(started) >= 3  # the tracker with its serving child, and the worker
+        assert len(_in_sessions(sessions)) >= 2
+    assert len(started) >= 2  # the tracker and the worker
     assert len(servers) == 1
     assert os.getsid(0) not in sessions
 

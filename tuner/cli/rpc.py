@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import Annotated
@@ -38,8 +37,11 @@ def _serve(args: list[str], restart: bool = False) -> None:
     """Run a Python module in the foreground until it exits or we get SIGINT/SIGTERM.
 
     With ``restart``, a process that dies on its own (killed, out of memory) is
-    started again after a second.
+    started again after a second. The process (and its own children) ends when
+    this one ends, whatever signal ends it.
     """
+    from measure.lifetime import popen
+
     stopping = []
     proc = None
 
@@ -54,7 +56,7 @@ def _serve(args: list[str], restart: bool = False) -> None:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     while True:
-        proc = subprocess.Popen([sys.executable, "-m", *args], start_new_session=True)
+        proc = popen([sys.executable, "-m", *args], start_new_session=True)  # ends with this process
         if stopping:
             os.killpg(proc.pid, signal.SIGTERM)
         code = proc.wait()
@@ -75,7 +77,7 @@ def tracker_command(
     """Run TVM's RPC tracker (logs on stderr; SIGINT or SIGTERM stops it)."""
     if not 0 < port < 65536:
         fail(f"--port {port} is out of range")
-    _serve(["tvm.exec.rpc_tracker", "--host", host, "--port", str(port), "--port-end", str(port + 1)])
+    _serve(["measure.tracker", "--host", host, "--port", str(port), "--port-end", str(port + 1)])
 
 
 def worker_command(
