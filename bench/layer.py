@@ -12,7 +12,7 @@ decoder layer in float32:
   (median of ``--repeat`` repeats), verified against PyTorch;
 - **PyTorch eager**: the same layer in transformers with SDPA attention (median of
   repeats, :meth:`extract.ImportedModel.torch_eager`);
-- **MetaSchedule**: ``tvm.s_tir.meta_schedule.tune_relax`` on the same Relax layer with
+- **MetaSchedule**: its ``tune_relax`` on the same Relax layer with
   the same total trial budget (the number of measurements ours made in its session),
   compiled with ``compile_relax`` and timed with the VM's ``time_evaluator`` (median
   of repeats).
@@ -78,8 +78,8 @@ def metaschedule_layer(imported, trials: int, target, work_dir: str, repeat: int
     the builder is :func:`bench.tuning.metaschedule_builder`.
     """
     from tvm import relax
-    from tvm.s_tir import meta_schedule as ms
 
+    from measure.tvmapi import ms
     from tuner.kernels import lower_to_kernels
 
     shutil.rmtree(work_dir, ignore_errors=True)

@@ -40,7 +40,8 @@ def _candidates(n: int, copies: int):
     """Tiled matmul schedules (``copies`` of each tiling), as IRModules."""
     import tvm
     from tvm import te
-    from tvm.s_tir.schedule import Schedule
+
+    from measure.tvmapi import Schedule
 
     a = te.placeholder((n, n), "float32", name="A")
     b = te.placeholder((n, n), "float32", name="B")

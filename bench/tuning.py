@@ -5,7 +5,7 @@ into a kernel (workload), ``tuner.space.space.ScheduleSpace`` candidates, the
 ``tuner.search.tune.Tuner`` (the one tuning API ``tune run`` calls: the search loop
 with the XGBoost ``ModelTrainer``, builds in ``measure.Builder``'s process pool, runs
 on a real TVM RPC worker on 127.0.0.1 through ``measure.Runner``), every result recorded in a real
-SQLite tuning database. The anchor is ``tvm.s_tir.meta_schedule.tune_tir`` with
+SQLite tuning database. The anchor is MetaSchedule's ``tune_tir`` with
 its defaults (evolutionary search, XGBoost cost model, local builder and runner).
 
 Every best schedule, ours or MetaSchedule's, is then timed by the same timer
@@ -201,9 +201,7 @@ def metaschedule_builder(target, timeout_s: float = 600.0):
     search and measurement are untouched. The timeout is raised from its 30 s default
     for loaded machines.
     """
-    from tvm.s_tir import meta_schedule as ms
-
-    from measure.tvmapi import register_tensor_intrinsics
+    from measure.tvmapi import ms, register_tensor_intrinsics
 
     return ms.builder.LocalBuilder(timeout_sec=timeout_s,
                                    initializer=functools.partial(register_tensor_intrinsics, target))
@@ -217,7 +215,7 @@ def metaschedule_tune(kernel: Kernel, trials: int, target, work_dir: str, seed: 
     appends to as measurements arrive. The builder is :func:`metaschedule_builder`;
     search and measurement are untouched.
     """
-    from tvm.s_tir import meta_schedule as ms
+    from measure.tvmapi import ms
 
     shutil.rmtree(work_dir, ignore_errors=True)
     mod = tvm.IRModule({"main": kernel.func.with_attr("global_symbol", "main")})

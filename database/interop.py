@@ -56,8 +56,8 @@ def import_metaschedule(db, directory: str | Path, key: str) -> dict[str, int]:
     tuning_records = _read(Path(directory))
     from measure.tvmapi import (
         estimate_flops,
+        kernel_hash,
         op_kind,
-        structural_hash,
         target_json,
         trace_to_json,
     )
@@ -65,7 +65,7 @@ def import_metaschedule(db, directory: str | Path, key: str) -> dict[str, int]:
     targets, workloads, candidates, results = {}, {}, {}, []
     for record in tuning_records:
         func = record.workload.mod["main"]
-        wh = structural_hash(func)
+        wh = kernel_hash(func)
         if wh not in workloads:
             workloads[wh] = _workload_record(func, wh, estimate_flops(func), op_kind(func))
         target = TargetRecord(target_json(record.target), key)
@@ -99,11 +99,14 @@ def export_metaschedule(db, directory: str | Path) -> dict[str, int]:
         When the directory cannot be written or a stored trace no longer applies.
     """
     import tvm
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
-    from tvm.s_tir.schedule import Schedule, Trace
 
-    from measure.tvmapi import make_target
+    from measure.tvmapi import (
+        ArgInfo,
+        JSONDatabase,
+        TuningRecord,
+        load_trace,
+        make_target,
+    )
 
     directory = Path(directory)
     try:
@@ -122,14 +125,13 @@ def export_metaschedule(db, directory: str | Path) -> dict[str, int]:
                 workload = db.get_workload(wh)
                 funcs[wh] = tvm.script.from_source(workload.script).with_attr("global_symbol", "main")
                 ms_workloads[wh] = ms_db.commit_workload(tvm.IRModule({"main": funcs[wh]}))
-            sch = Schedule(tvm.IRModule({"main": funcs[wh]}))
             try:
-                Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+                trace = load_trace(funcs[wh], trace_json)
             except Exception as exc:  # TVM raises several error types for a trace that no longer applies
                 raise DatabaseError(f"candidate {record.candidate_hash} does not apply: {_first_line(exc)}") from None
             run_secs = list(record.times_s) if record.status == "ok" else [FAILED_RUN_S]
             ms_db.commit_tuning_record(TuningRecord(
-                sch.trace, ms_workloads[wh], run_secs, target, ArgInfo.from_prim_func(funcs[wh])))
+                trace, ms_workloads[wh], run_secs, target, ArgInfo.from_prim_func(funcs[wh])))
             written += 1
     return {"workloads": len(ms_workloads), "records": written}
 
@@ -139,7 +141,7 @@ def _read(directory: Path) -> list:
     for name in (WORKLOAD_FILE, RECORD_FILE):
         if not (directory / name).is_file():
             raise DatabaseError(f"{directory} is not a MetaSchedule database: {name} is missing")
-    from tvm.s_tir.meta_schedule.database import JSONDatabase
+    from measure.tvmapi import JSONDatabase
 
     try:
         ms_db = JSONDatabase(str(directory / WORKLOAD_FILE), str(directory / RECORD_FILE), allow_missing=False)
@@ -150,7 +152,8 @@ def _read(directory: Path) -> list:
 
 def _workload_record(func, workload_hash: str, flops: float, kind: str) -> WorkloadRecord:
     from tvm.runtime import DataType
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from measure.tvmapi import ArgInfo
 
     shapes = [{"shape": [int(d) for d in a.shape], "dtype": str(a.dtype)} for a in ArgInfo.from_prim_func(func)]
     nbytes = sum(math.prod(s["shape"]) * DataType(s["dtype"]).bits // 8 for s in shapes)

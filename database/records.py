@@ -53,7 +53,7 @@ class WorkloadRecord:
     Parameters
     ----------
     workload_hash : str
-        Hex of ``tvm.ir.structural_hash`` of the PrimFunc (with its name dropped),
+        Hex of TVM's structural hash of the PrimFunc (with its name dropped),
         so the same kernel from two models is one workload.
     name : str
         A readable name (the fused function's name in the first model it came from).
@@ -65,7 +65,7 @@ class WorkloadRecord:
         JSON list of ``{"shape": [...], "dtype": str}`` per buffer argument, in order.
     flops : float
         Floating-point operations of one call (multiply-add counts 2), from
-        ``tvm.tirx.analysis.estimate_tir_flops``.
+        TVM's ``estimate_tir_flops``.
     bytes_moved : float
         Bytes of all buffer arguments (each read or written once): a lower bound on traffic.
     """

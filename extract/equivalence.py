@@ -16,8 +16,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import relax
+
+from measure.tvmapi import structural_equal, structural_hash
 
 __all__ = ["CandidateMismatch", "check_equivalent", "run_module"]
 
@@ -51,9 +52,9 @@ _BUILT_MAX = 4
 
 
 def _build(mod: tvm.IRModule) -> Any:
-    key = tvm_ffi.structural_hash(mod)
+    key = structural_hash(mod)
     for i, (k, built_mod, executable) in enumerate(_BUILT):
-        if k == key and tvm_ffi.structural_equal(built_mod, mod):
+        if k == key and structural_equal(built_mod, mod):
             _BUILT.append(_BUILT.pop(i))
             return executable
     executable = relax.build(mod, target=tvm.target.Target({"kind": "llvm"}))

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
-import tvm_ffi
 from tvm import relax
+
+from measure.tvmapi import ffi_convert, structural_equal, structural_hash
 
 __all__ = ["Layer", "LayerGroup", "LayerSplit", "split_layers"]
 
@@ -240,10 +241,10 @@ def _build(
         params = list(dict.fromkeys(part.params))
         acts = [p for p in params if p not in weights]
         part.params, part.num_input = acts + [p for p in params if p in weights], len(acts)
-        part.content = tvm_ffi.convert(_canonical(part))
-        digest = tvm_ffi.structural_hash(part.content, map_free_vars=True)
+        part.content = ffi_convert(_canonical(part))
+        digest = structural_hash(part.content, map_free_vars=True)
         for g, (other_digest, other, members) in enumerate(groups):
-            if other_digest == digest and tvm_ffi.structural_equal(
+            if other_digest == digest and structural_equal(
                 other.content, part.content, map_free_vars=True
             ):
                 members.append(index)

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
-import tvm_ffi
 from egglog import ActionLike, String, Vec, i64, set_
 from tvm import relax
+
+from measure.tvmapi import ffi_convert, structural_equal, structural_hash, tirx
 
 from . import lang
 from .lang import Tensor
@@ -118,7 +119,7 @@ def static_shape(ty: Any) -> tuple[int, ...] | None:
         return None
     dims = []
     for v in values:
-        if not isinstance(v, tvm.tirx.IntImm):
+        if not isinstance(v, tirx.IntImm):
             return None
         dims.append(int(v.value))
     return tuple(dims)
@@ -293,11 +294,11 @@ class _Translator:
 
     def _key(self, table: dict[str, Any], content: list, value: Any) -> str:
         """A stable key for ``content``; structurally equal content gets the same key."""
-        content_obj = tvm_ffi.convert(content)
-        base = f"{tvm_ffi.structural_hash(content_obj, map_free_vars=True):016x}"
+        content_obj = ffi_convert(content)
+        base = f"{structural_hash(content_obj, map_free_vars=True):016x}"
         key, n = base, 0
         while key in table:
-            if tvm_ffi.structural_equal(
+            if structural_equal(
                 self.content[id(table), key], content_obj, map_free_vars=True
             ):
                 return key

@@ -32,16 +32,11 @@ class BuildResult:
 
 
 def _build_one(mod: tvm.IRModule, *, target: tvm.target.Target) -> tuple[str, float]:
-    from tvm.s_tir.meta_schedule.builder.local_builder import (
-        default_build,
-        default_export,
-    )
+    from .tvmapi import build_and_export, register_tensor_intrinsics
 
-    from .tvmapi import register_tensor_intrinsics
-
-    register_tensor_intrinsics(target)  # before default_build imports every backend's intrinsics
+    register_tensor_intrinsics(target)  # before the build imports every backend's intrinsics
     start = time.perf_counter()
-    path = default_export(default_build(mod, target, None))
+    path = build_and_export(mod, target)
     return path, time.perf_counter() - start
 
 

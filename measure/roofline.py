@@ -82,7 +82,7 @@ def _build(func, target):
 
 
 def _fma_kernel(cores: int, chains: int, lanes: int):
-    from tvm.script import tirx as T
+    from .tvmapi import T
 
     steps = _FMA_STEPS
 
@@ -105,7 +105,7 @@ def _fma_kernel(cores: int, chains: int, lanes: int):
 
 
 def _copy_kernel(n: int, cores: int):
-    from tvm.script import tirx as T
+    from .tvmapi import T
 
     vec = _STREAM_VECTOR
     per_core = n // cores // vec

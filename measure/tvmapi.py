@@ -1,8 +1,29 @@
 """The one door to TVM APIs that change between releases (0.27 names today).
 
-Every other module of ``measure`` and ``tuner`` reaches unstable TVM API through
-this module, so that the next rename (``tir`` -> ``tirx``/``s_tir``, string targets
--> JSON targets) is a one-file change.
+Every other module (``tuner``, ``extract``, ``measure``, ``database``, ``bench`` and
+the tests) reaches unstable TVM API through this module, so that the next rename
+of a module or class (``tir`` -> ``tirx``/``s_tir``, string targets -> JSON targets)
+is a one-file change. ``tests/measure/test_tvm_door.py`` fails when a module elsewhere
+names one of :data:`UNSTABLE_MODULES`. Methods of the objects handed out are called
+directly (``Schedule.get_sblock``, ``Trace.as_json``): a rename of those still
+reaches their callers.
+
+What belongs here:
+
+- the unstable modules, under stable names: ``tirx`` (TIR expressions, statements,
+  ``const``, ``Select``, ``ForKind``, ``analysis``), ``s_tir`` (schedules and their
+  analyses), ``ms`` (MetaSchedule) and ``T`` (the TVMScript namespace, for
+  ``@T.prim_func``);
+- the classes callers name: ``PrimFunc``, ``Schedule``, ``Trace``, ``ArgInfo``,
+  ``JSONDatabase``, ``TuningRecord``;
+- ``tvm_ffi``'s object functions: :func:`structural_hash`, :func:`structural_equal`,
+  :func:`ffi_convert`;
+- helpers whose TVM calls moved or changed shape between releases (the kernel hash
+  that keys workloads, targets, traces, flops, op kinds, tensor intrinsics, the
+  MetaSchedule builder, Relax pipelines).
+
+Stable API (``tvm.IRModule``, ``tvm.relax``, ``tvm.runtime``, ``tvm.target``,
+``tvm.te``, ``tvm.ir``) is used where it is needed, not through here.
 """
 
 from __future__ import annotations
@@ -13,23 +34,52 @@ import json
 import os
 import sys
 import types
+from typing import Any
 
 import tvm
 import tvm_ffi
+from tvm import s_tir, tirx  # noqa: F401  (re-exported)
 from tvm.s_tir import meta_schedule as ms  # noqa: F401  (re-exported)
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # noqa: F401  (re-exported)
+from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord  # noqa: F401  (re-exported)
 from tvm.s_tir.schedule import Schedule, Trace
+from tvm.script import tirx as T  # noqa: F401, N812  (re-exported: TVMScript's ``T``)
 
-PrimFunc = tvm.tirx.PrimFunc
+#: Modules of TVM that only this file may import or name (the test of the door scans for them).
+UNSTABLE_MODULES = ("tvm.s_tir", "tvm.tirx", "tvm.script.tirx", "tvm_ffi")
+
+#: The package of tensor intrinsics MetaSchedule registers (see :func:`register_tensor_intrinsics`).
+TENSOR_INTRIN_PACKAGE = "tvm.s_tir.tensor_intrin"
+
+PrimFunc = tirx.PrimFunc
 
 
-def structural_hash(func: PrimFunc) -> str:
+def structural_hash(obj: Any, *, map_free_vars: bool = False) -> int:
+    """TVM's structural hash of any TVM object (an ``IRModule``, a function, a type, an array).
+
+    With ``map_free_vars``, free variables hash by position, not identity, so two
+    terms equal up to renaming their free variables hash alike.
+    """
+    return tvm_ffi.structural_hash(obj, map_free_vars=map_free_vars)
+
+
+def structural_equal(lhs: Any, rhs: Any, *, map_free_vars: bool = False) -> bool:
+    """TVM's structural equality of two TVM objects (``map_free_vars`` as in :func:`structural_hash`)."""
+    return bool(tvm_ffi.structural_equal(lhs, rhs, map_free_vars=map_free_vars))
+
+
+def ffi_convert(value: Any) -> Any:
+    """A Python value (lists, dicts, numbers, strings, TVM objects) as a TVM object."""
+    return tvm_ffi.convert(value)
+
+
+def kernel_hash(func: PrimFunc) -> str:
     """Hex structural hash of a PrimFunc with its ``global_symbol`` dropped.
 
     Two kernels that differ only in name hash alike, so the same kernel from two
     models is one workload.
     """
-    return f"{tvm_ffi.structural_hash(func.without_attr('global_symbol')):016x}"
+    return f"{structural_hash(func.without_attr('global_symbol')):016x}"
 
 
 def estimate_flops(func: PrimFunc) -> float:
@@ -37,7 +87,7 @@ def estimate_flops(func: PrimFunc) -> float:
 
     From TVM's ``s_tir.analysis.estimate_tir_flops``.
     """
-    return float(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
+    return float(s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
 
 
 def op_kind(func: PrimFunc) -> str:
@@ -62,10 +112,10 @@ def op_kind(func: PrimFunc) -> str:
 
 def _reduction_kinds(block) -> set[str]:
     """What a block reduces: {} (no reduction axis), {"reduce"}, {"max"}, {"sum"} or {"sum", "matmul"}."""
-    if not any(iv.iter_type == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars):
+    if not any(iv.iter_type == tirx.IterVar.CommReduce for iv in block.iter_vars):
         return set()
     store, prim = block.body, tvm.ir.prim.expr
-    if not isinstance(store, tvm.tirx.stmt.BufferStore):
+    if not isinstance(store, tirx.stmt.BufferStore):
         return {"reduce"}
     if isinstance(store.value, prim.Max):
         return {"max"}
@@ -200,6 +250,20 @@ def lower_and_finalize_passes(target: tvm.target.Target) -> list:
         return list(cpu_pipeline.dataflow_lower_passes(target)) + list(cpu_pipeline.finalize_passes(target))
 
 
+def build_and_export(mod: tvm.IRModule, target: tvm.target.Target) -> str:
+    """Compile ``mod`` for ``target`` as MetaSchedule's local builder does, and export it.
+
+    Returns the path of the exported kernel library (a tar in a fresh temporary
+    directory). Call :func:`register_tensor_intrinsics` first.
+    """
+    from tvm.s_tir.meta_schedule.builder.local_builder import (
+        default_build,
+        default_export,
+    )
+
+    return default_export(default_build(mod, target, None))
+
+
 _CPU_INTRINSICS = {"x86": ("x86", "i386", "i686"), "arm_cpu": ("aarch64", "arm"), "riscv_cpu": ("riscv",)}
 
 
@@ -227,7 +291,7 @@ def register_tensor_intrinsics(target: tvm.target.Target) -> None:
     the whole package as TVM does. Idempotent; call it before creating a
     ``TuneContext``.
     """
-    name = "tvm.s_tir.tensor_intrin"
+    name = TENSOR_INTRIN_PACKAGE
     if target.kind.name != "llvm":
         importlib.import_module(name)
         return

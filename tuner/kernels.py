@@ -18,7 +18,7 @@ from tvm import relax
 
 from database import WorkloadRecord
 from measure import KernelReference
-from measure.tvmapi import ArgInfo, PrimFunc, estimate_flops, op_kind, structural_hash
+from measure.tvmapi import ArgInfo, PrimFunc, estimate_flops, kernel_hash, op_kind
 
 from .compile import RUN_ONCE
 
@@ -95,7 +95,7 @@ def kernels_of(fused: tvm.IRModule) -> list[Kernel]:
             raise ValueError(f"kernel {gv.name_hint} has symbolic shapes; only static shapes are tuned") from None
         nbytes = sum(int(np.prod(s)) * tvm.runtime.DataType(d).bits // 8 for s, d in buffers)
         record = WorkloadRecord(
-            workload_hash=structural_hash(func),
+            workload_hash=kernel_hash(func),
             name=gv.name_hint,
             op_kind=op_kind(func),
             script=func.without_attr("global_symbol").script(),

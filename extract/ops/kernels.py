@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import tvm
 from tvm import te, topi
+
+from measure.tvmapi import tirx
 
 __all__ = [
     "attention_te",
@@ -92,7 +93,7 @@ def fast_silu_te(a: te.Tensor) -> te.Tensor:
     ``a / (1 + 2.4e38)``, about 0, and far above gives ``a``.
     """
     e = topi.fast_exp(te.compute(a.shape, lambda *i: -a[i], name="negate"))
-    return te.compute(a.shape, lambda *i: a[i] / (e[i] + tvm.tirx.const(1.0, a.dtype)), name="fast_silu")
+    return te.compute(a.shape, lambda *i: a[i] / (e[i] + tirx.const(1.0, a.dtype)), name="fast_silu")
 
 
 def dense_bias_te(x: te.Tensor, w: te.Tensor, b: te.Tensor) -> te.Tensor:
@@ -188,7 +189,7 @@ def attention_te(q: te.Tensor, k: te.Tensor, v: te.Tensor, mask: te.Tensor, scal
     d = te.reduce_axis((0, dim), name="d")
     scores = te.compute((batch, heads, rows, keys),
                         lambda b, h, s, j: te.sum(q[b, h, s, d] * k[b, h // group, j, d], axis=d), name="scores")
-    const = tvm.tirx.const(scale, q.dtype)
+    const = tirx.const(scale, q.dtype)
     logits = te.compute(scores.shape, lambda b, h, s, j: scores[b, h, s, j] * const + mask_at(b, h, s, j),
                         name="logits")
     j1 = te.reduce_axis((0, keys), name="j1")
@@ -241,11 +242,11 @@ def rotary_dense_te(x: te.Tensor, wp: te.Tensor, cos: te.Tensor, sin: te.Tensor,
         def normed(m: Any, h: Any, d: Any) -> Any:
             return y[m, h * dim + d] * scale[m, h] * g[d]
     cos_at, sin_at = _broadcast_reader(cos, 4), _broadcast_reader(sin, 4)
-    one = tvm.tirx.const(1.0, x.dtype)
+    one = tirx.const(1.0, x.dtype)
 
     def rotate(b: Any, h: Any, s: Any, d: Any) -> Any:
         m = b * seq + s
-        sign = tvm.tirx.Select(d < half, -one, one)
+        sign = tirx.Select(d < half, -one, one)
         return (normed(m, h, d) * cos_at(b, h, s, d)
                 + sign * normed(m, h, (d + half) % dim) * sin_at(b, h, s, d))
 

@@ -10,18 +10,24 @@ from dataclasses import replace
 import pytest
 import tvm
 from tvm import te
-from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
-from tvm.s_tir.schedule import Schedule
 
 from database import open_database
 from database.interop import RECORD_FILE, WORKLOAD_FILE
-from measure.tvmapi import make_target, target_json, trace_to_json
+from measure.tvmapi import (
+    ArgInfo,
+    JSONDatabase,
+    PrimFunc,
+    Schedule,
+    TuningRecord,
+    make_target,
+    target_json,
+    trace_to_json,
+)
 from tuner.cli import app
 from tuner.cli.errors import main_guard
 
 
-def _matmul() -> tvm.tirx.PrimFunc:
+def _matmul() -> PrimFunc:
     a = te.placeholder((8, 8), "float32", name="a")
     b = te.placeholder((8, 8), "float32", name="b")
     k = te.reduce_axis((0, 8), name="k")

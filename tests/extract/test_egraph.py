@@ -12,7 +12,6 @@ from collections import Counter
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
 from egglog.deconstruct import get_literal_value
 from tvm import relax
 
@@ -25,6 +24,7 @@ from extract.lang import node_args, node_name, subterms
 from extract.lowering import lower
 from extract.rules import FAMILIES
 from extract.saturate import ProgramEGraph, SaturationLimits, saturate
+from measure.tvmapi import PrimFunc, structural_equal
 
 STAGES = ("prefill", "decode")
 LENGTHS = {"prefill": (16, 16), "decode": (1, 15)}
@@ -232,8 +232,8 @@ def test_round_trip_keeps_the_signature(model, exploration):
     original, rebuilt = model.mod["main"], exploration.candidates[0].mod["main"]
     assert [p.name for p in rebuilt.params] == [p.name for p in original.params]
     for p, q in zip(rebuilt.params, original.params, strict=True):
-        assert tvm_ffi.structural_equal(p.ty, q.ty)
-    assert tvm_ffi.structural_equal(rebuilt.ret_ty, original.ret_ty)
+        assert structural_equal(p.ty, q.ty)
+    assert structural_equal(rebuilt.ret_ty, original.ret_ty)
     assert int(rebuilt.attrs["num_input"]) == int(original.attrs["num_input"])
     ours = check_equivalent(model.mod, exploration.candidates[0].mod, inputs(model), rtol=0, atol=0)
     assert ours == 0.0
@@ -249,7 +249,7 @@ def _kernel_names(mod) -> Counter:
     return Counter(
         str(gv.name_hint).rstrip("0123456789")
         for gv, f in mod.functions_items()
-        if isinstance(f, tvm.tirx.PrimFunc)
+        if isinstance(f, PrimFunc)
     )
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import tvm
 from tvm import te
-from tvm.script import tirx as T
+
+from measure.tvmapi import PrimFunc, T, tirx
 
 RPC_KEY = "measure-test"
 N = 64
 
 
-def _module(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
+def _module(func: PrimFunc) -> tvm.IRModule:
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
@@ -26,7 +27,7 @@ def matmul_module(n: int = N) -> tvm.IRModule:
 def scale_module(factor: float) -> tvm.IRModule:
     """C = A * factor on N x N float32."""
     a = te.placeholder((N, N), "float32", name="A")
-    c = te.compute((N, N), lambda i, j: a[i, j] * tvm.tirx.const(factor, "float32"), name="C")
+    c = te.compute((N, N), lambda i, j: a[i, j] * tirx.const(factor, "float32"), name="C")
     return _module(te.create_prim_func([a, c]))
 
 

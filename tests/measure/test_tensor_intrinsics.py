@@ -29,7 +29,7 @@ def test_a_fresh_process_registers_its_own_architecture_and_builds_a_space():
     code = textwrap.dedent("""
         import sys
         from tvm import te
-        from measure.tvmapi import make_target, ms, register_tensor_intrinsics
+        from measure.tvmapi import TENSOR_INTRIN_PACKAGE, make_target, ms, register_tensor_intrinsics
         target = make_target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "num-cores": 2})
         register_tensor_intrinsics(target)
         a = te.placeholder((16, 16), name="a")
@@ -37,7 +37,7 @@ def test_a_fresh_process_registers_its_own_architecture_and_builds_a_space():
         ctx = ms.TuneContext(mod=te.create_prim_func([a, b]), target=target,
                              space_generator="post-order-apply", task_name="t")
         assert ctx.space_generator.generate_design_space(ctx.mod), "no design space"
-        loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("tvm.s_tir.tensor_intrin."))
+        loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith(TENSOR_INTRIN_PACKAGE + "."))
         print(",".join(loaded))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -18,6 +18,7 @@ import numpy as np
 import tvm
 
 from database import CandidateRecord, TrainingRow
+from measure.tvmapi import PrimFunc
 
 from .xgb import N_FEATURES, valid_rows
 from tuner.space.space import ScheduleSpace
@@ -69,7 +70,7 @@ def load_repeats(db, target_hash: str) -> dict[str, tuple[float, ...]]:
     return {c: tuple(t) for c, t in repeats.items()}
 
 
-def parse_kernel(script: str) -> tvm.tirx.PrimFunc:
+def parse_kernel(script: str) -> PrimFunc:
     """The PrimFunc of a workload's stored TVMScript (a module's ``main`` when the script is a module)."""
     parsed = tvm.script.from_source(script)
     return parsed["main"] if isinstance(parsed, tvm.IRModule) else parsed

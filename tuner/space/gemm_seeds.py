@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import tvm
 
-from measure.tvmapi import PrimFunc, Schedule
+from measure.tvmapi import PrimFunc, Schedule, tirx
 
 # The micro-kernel grid: rows ``mr``, columns in vectors, and the ``k`` block ``kc``
 # (0: not blocked; the tile's sums then stay in a local buffer until written once).
@@ -176,15 +176,15 @@ def gemm_block(sch: Schedule) -> str | None:
 
 
 def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tvm.tirx.analysis.undefined_vars(expr, []))
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr, []))
 
 
 def _indexes_last(region, n_var) -> bool:
     """Whether the read's last index is ``n`` or ``n % c``: consecutive ``n`` read consecutive elements."""
     last = region.region[-1].min
-    if isinstance(last, tvm.tirx.FloorMod):
+    if isinstance(last, tirx.FloorMod):
         last = last.a
-    return isinstance(last, tvm.tirx.Var) and last.same_as(n_var)
+    return isinstance(last, tirx.Var) and last.same_as(n_var)
 
 
 def _register_block(sch: Schedule, name: str, mr: int, nr: int, lanes: int, kc: int, apart: bool = False) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import tvm
 
-from measure.tvmapi import PrimFunc, Schedule
+from measure.tvmapi import PrimFunc, Schedule, tirx
 
 from .gemm_seeds import TILE_ROWS, gemm_block, vector_lanes
 
@@ -88,7 +88,7 @@ def _reads_weight_rows(sch: Schedule, name: str) -> bool:
         if len(region.region) < 2:
             continue
         last, before = region.region[-1].min, region.region[-2].min
-        if isinstance(last, tvm.tirx.Var) and last.same_as(n_var) and isinstance(before, tvm.tirx.Var) \
+        if isinstance(last, tirx.Var) and last.same_as(n_var) and isinstance(before, tirx.Var) \
                 and before.same_as(k_var):
             return True
     return False

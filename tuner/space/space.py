@@ -33,11 +33,11 @@ from measure.tvmapi import (
     PrimFunc,
     Schedule,
     apply_trace,
+    kernel_hash,
     load_trace,
     ms,
     mutate_trace,
     register_tensor_intrinsics,
-    structural_hash,
     trace_to_json,
 )
 
@@ -59,7 +59,7 @@ class ScheduleCandidate:
     def program_hash(self) -> str:
         """Structural hash of the scheduled program: two traces that schedule the kernel into the
         same loop nest (a tile split the simplifier undoes, an unroll of a loop of extent 1) share it."""
-        return structural_hash(self.mod["main"])
+        return kernel_hash(self.mod["main"])
 
 
 class ScheduleSpace:

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from database import MeasureRecord, TargetRecord, WorkloadRecord, open_database
 from measure.rpc import LOCAL_KEY
-from measure.tvmapi import estimate_flops, make_target, structural_hash, target_json
+from measure.tvmapi import estimate_flops, kernel_hash, make_target, target_json
 from tuner.cli import app
 from tuner.cost_model.xgb import FEATURE_VERSION
 from tuner.cost_model.store import load_warm_model, other_feature_versions
@@ -58,7 +58,7 @@ def _timed_database(url: str, shapes) -> None:
         db.add_target(rec)
         for m, n, k in shapes:
             func = _matmul(m, n, k)
-            wh = structural_hash(func)
+            wh = kernel_hash(func)
             db.add_workload(WorkloadRecord(wh, f"matmul_{m}x{n}x{k}", "matmul", func.script(), "[]",
                                            estimate_flops(func), 4.0 * (m * k + k * n + m * n)))
             space = ScheduleSpace(func, wh, target)

@@ -8,7 +8,7 @@ import tvm
 from tvm import te
 
 from extract.ops.kernels import dense_packed_te
-from measure.tvmapi import apply_trace, make_target
+from measure.tvmapi import apply_trace, make_target, tirx
 from tuner.space.space import ScheduleSpace
 from tuner.space.gemm_seeds import (
     LEADING_SEEDS,
@@ -154,6 +154,6 @@ def test_seeds_of_scores_on_keys_packed_in_the_kernel_compute_them():
     q, k = rng.standard_normal(q_shape).astype("float32"), rng.standard_normal(k_shape).astype("float32")
     for sch in seeds[:LEADING_SEEDS]:
         pack_loops = sch.get_loops(sch.get_sblock("keys_packed"))
-        assert int(sch.get(pack_loops[0]).kind) == int(tvm.tirx.ForKind.PARALLEL)
+        assert int(sch.get(pack_loops[0]).kind) == int(tirx.ForKind.PARALLEL)
         np.testing.assert_allclose(_run(sch.mod, [q, k], out_shape), q @ np.repeat(k, 2, axis=1).transpose(0, 1, 3, 2),
                                    rtol=1e-4, atol=1e-4)
