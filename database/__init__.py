@@ -8,7 +8,6 @@ team); migrate with :func:`upgrade`. Only the records of
 from .liveness import Heartbeat, stale_after_s
 from .records import (
     DEFAULT_TRACE_JSON,
-    MEASURE_STATUSES,
     CandidateRecord,
     GraphCandidateRecord,
     MeasureRecord,
@@ -21,17 +20,30 @@ from .records import (
 )
 from .schema import upgrade
 from .session import DatabaseError, open_database
+from .status import (
+    CONFIRM_FAILURES,
+    END_STATUSES,
+    MEASURE_STATUSES,
+    SESSION_STATUSES,
+    MeasureStatus,
+    SessionStatus,
+)
 from .store import Database
 
 __all__ = [
+    "CONFIRM_FAILURES",
     "DEFAULT_TRACE_JSON",
+    "END_STATUSES",
     "MEASURE_STATUSES",
+    "SESSION_STATUSES",
     "CandidateRecord",
     "Database",
     "DatabaseError",
     "GraphCandidateRecord",
     "Heartbeat",
     "MeasureRecord",
+    "MeasureStatus",
+    "SessionStatus",
     "TargetRecord",
     "TrainingRow",
     "WorkloadRecord",

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import inspect, select
 
+from database import CONFIRM_FAILURES, MeasureStatus
 from database.models import (
     Candidate,
     CostModelVersion,
@@ -219,7 +220,7 @@ def require_measurements(data: TuningData | None, ok: bool = True) -> pd.DataFra
     if m.empty:
         raise AnalysisError(f"{data.url} holds no measurements: run `tune run MODEL --db {data.url}` first")
     if ok:
-        m = m[(m.status == "ok") & m.median_s.notna() & (m.median_s > 0)]
+        m = m[(m.status == MeasureStatus.OK) & m.median_s.notna() & (m.median_s > 0)]
         if m.empty:
             raise AnalysisError(f"{data.url} holds no successful measurement (every one failed; see the failures table)")
     return m
@@ -229,7 +230,7 @@ def candidate_latencies(data: TuningData | None) -> pd.DataFrame:
     """Per candidate, target key and workload: its latency as the tuner counts it (``database.candidate_latency``).
 
     The median over the medians of its ``ok`` measurements; candidates with a
-    ``wrong_result``, or a re-measurement that failed (``database.queries.CONFIRM_FAILURES``),
+    ``wrong_result``, or a re-measurement that failed (``database.CONFIRM_FAILURES``),
     are left out. Columns: ``workload_hash``, ``key``, ``candidate_hash``, ``is_default``,
     ``median_s`` (seconds), plus the first measurement's other columns.
 
@@ -238,12 +239,10 @@ def candidate_latencies(data: TuningData | None) -> pd.DataFrame:
     AnalysisError
         When there is no successful measurement.
     """
-    from database.queries import CONFIRM_FAILURES
-
     m = require_measurements(data, ok=False)
     ok = require_measurements(data)
     ids = ["candidate_hash", "target_hash"]
-    failed = m[(m.status == "wrong_result") | (m.confirm & m.status.isin(CONFIRM_FAILURES))][ids].drop_duplicates()
+    failed = m[(m.status == MeasureStatus.WRONG_RESULT) | (m.confirm & m.status.isin(CONFIRM_FAILURES))][ids].drop_duplicates()
     ok = ok.merge(failed.assign(_failed=True), on=ids, how="left")
     ok = ok[ok._failed.isna()].drop(columns="_failed")
     if ok.empty:
@@ -270,7 +269,7 @@ def overview(data: TuningData | None) -> pd.DataFrame:
         "workers": m.worker.nunique(),
         "candidates measured": m.candidate_hash.nunique(),
         "measurements": len(m),
-        "successful measurements": int((m.status == "ok").sum()),
+        "successful measurements": int((m.status == MeasureStatus.OK).sum()),
         "cost model versions": len(data.cost_models),
     }
     return pd.DataFrame({"item": list(counts), "count": list(counts.values())})
@@ -384,7 +383,7 @@ def tuning_curves(data: TuningData | None) -> pd.DataFrame:
     keys = ["workload_hash", "key", "source"]
     c = m[keys + ["workload", "status", "median_s", "flops", "id"]].copy()
     c["trial"] = c.groupby(keys).cumcount() + 1
-    good = c.median_s.where((c.status == "ok") & (c.median_s > 0))
+    good = c.median_s.where((c.status == MeasureStatus.OK) & (c.median_s > 0))
     c["best_s"] = good.groupby([c[k] for k in keys]).cummin()
     c["best_gflops"] = c.flops / c.best_s / 1e9
     return c.drop(columns=["id", "flops"]).reset_index(drop=True)
@@ -412,7 +411,7 @@ def session_curves(data: TuningData | None) -> pd.DataFrame:
     for (session, key), g in m.groupby(["session_id", "key"], sort=True):
         best: dict[str, float] = {}
         for trial, row in enumerate(g.itertuples(), start=1):
-            if row.status == "ok" and row.median_s and row.median_s > 0:
+            if row.status == MeasureStatus.OK and row.median_s and row.median_s > 0:
                 best[row.workload_hash] = min(best.get(row.workload_hash, np.inf), row.median_s)
             rows.append((int(session), row.model_source, key, trial, len(best), sum(best.values()) if best else np.nan))
     return pd.DataFrame(rows, columns=["session_id", "model_source", "key", "trial", "workloads", "total_best_s"])
