@@ -2,7 +2,11 @@
 
 Open it with :func:`open_database` (SQLite file by default, PostgreSQL for a
 team); migrate with :func:`upgrade`. Only the records of
-:mod:`database.records` cross this package's border.
+:mod:`database.records` cross this package's border, apart from two readers
+and writers of whole tables imported by their own module (so that opening a
+database never imports pandas): :func:`database.frames.read_frames` (the
+tables as DataFrames, for the analysis) and :func:`database.bulk.bulk_insert`
+(raw rows, for synthetic benchmark databases).
 """
 
 from .liveness import Heartbeat, stale_after_s

@@ -22,21 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import inspect, select
 
-from database import CONFIRM_FAILURES, MeasureStatus
-from database.models import (
-    Candidate,
-    CostModelVersion,
-    MeasureResult,
-    Target,
-    TuningSession,
-    Workload,
-)
+from database import CONFIRM_FAILURES, DEFAULT_TRACE_JSON, DatabaseError, MeasureStatus
+from database.frames import read_frames
+from database.session import DEFAULT_URL, URL_ENV
 
 METASCHEDULE = "metaschedule"
 OURS = "tune"
-_TABLES = ("measure_result", "candidate", "workload", "target", "session", "cost_model_version")
 
 
 class AnalysisError(RuntimeError):
@@ -90,25 +82,7 @@ class TuningData:
 
 def resolve_db_url(db_url: str | None = None) -> str:
     """``db_url``, else the ``TUNE_DB`` environment variable, else ``sqlite:///tune.db`` (the local file)."""
-    from database.session import DEFAULT_URL, URL_ENV
-
     return db_url or os.environ.get(URL_ENV) or DEFAULT_URL
-
-
-def _engine(db_url: str):
-    from database import DatabaseError
-    from database.session import create_engine_for, display_url, resolve_url
-
-    try:
-        url = resolve_url(db_url)
-        shown = display_url(url)
-        if url.get_backend_name() == "sqlite":
-            path = url.database or ""
-            if path in ("", ":memory:") or not os.path.isfile(path):
-                raise AnalysisError(f"no database file {path or '(none)'} for {shown}: run `tune run ... --db {shown}` first")
-        return create_engine_for(url), shown
-    except DatabaseError as err:
-        raise AnalysisError(str(err)) from None
 
 
 def load(db_url: str | None = None) -> TuningData:
@@ -125,53 +99,11 @@ def load(db_url: str | None = None) -> TuningData:
         When the URL is malformed or does not connect, the SQLite file does not
         exist, or the database holds no tuning tables.
     """
-    from database import DatabaseError
-    from database.session import transaction
-
-    engine, shown = _engine(resolve_db_url(db_url))
     try:
-        with transaction(engine, write=False) as conn:
-            missing = [t for t in _TABLES if not inspect(conn).has_table(t)]
-            if missing:
-                raise AnalysisError(f"{shown} is not a tuning database (no table {missing[0]}): run `tune db upgrade --db {shown}`")
-            if "confirm" not in {c["name"] for c in inspect(conn).get_columns("measure_result")}:
-                raise AnalysisError(f"{shown} was made by an older version of tune: run `tune db upgrade --db {shown}`")
-            frames = {name: pd.read_sql(query, conn) for name, query in _queries().items()}
+        shown, frames = read_frames(resolve_db_url(db_url))
     except DatabaseError as err:
         raise AnalysisError(str(err)) from None
-    finally:
-        engine.dispose()
     return _assemble(shown, frames)
-
-
-def _queries() -> dict:
-    return {
-        "measurements": select(
-            MeasureResult.id, MeasureResult.created_at, MeasureResult.status, MeasureResult.median_s,
-            MeasureResult.mean_s, MeasureResult.min_s, MeasureResult.stdev_s, MeasureResult.times_s,
-            MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id,
-            MeasureResult.confirm, Candidate.candidate_hash, Candidate.trace_json, Workload.workload_hash, Target.target_hash,
-        )
-        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
-        .join(Workload, Workload.id == Candidate.workload_id)
-        .join(Target, Target.id == MeasureResult.target_id)
-        .order_by(MeasureResult.id),
-        "sessions": select(
-            TuningSession.id.label("session_id"), TuningSession.model_source, TuningSession.model_hash,
-            TuningSession.args, TuningSession.status, TuningSession.started_at, TuningSession.ended_at,
-        ).order_by(TuningSession.id),
-        "workloads": select(
-            Workload.workload_hash, Workload.name.label("workload"), Workload.op_kind, Workload.flops,
-            Workload.bytes_moved,
-        ).order_by(Workload.id),
-        "targets": select(Target.target_hash, Target.target_json, Target.key).order_by(Target.id),
-        "cost_models": select(
-            CostModelVersion.id.label("model_id"), CostModelVersion.created_at, Target.target_hash, Target.key,
-            CostModelVersion.feature_version, CostModelVersion.record_count, CostModelVersion.metrics,
-        )
-        .join(Target, Target.id == CostModelVersion.target_id)
-        .order_by(CostModelVersion.id),
-    }
 
 
 def _is_metaschedule(*texts) -> bool:
@@ -179,8 +111,6 @@ def _is_metaschedule(*texts) -> bool:
 
 
 def _assemble(url: str, f: dict[str, pd.DataFrame]) -> TuningData:
-    from database import DEFAULT_TRACE_JSON
-
     sessions = f["sessions"]
     sessions["source"] = [
         METASCHEDULE if _is_metaschedule(src, args) else OURS for src, args in zip(sessions.model_source, sessions.args)
