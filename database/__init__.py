@@ -9,6 +9,7 @@ tables as DataFrames, for the analysis) and :func:`database.bulk.bulk_insert`
 (raw rows, for synthetic benchmark databases).
 """
 
+from .connect import open_database
 from .liveness import Heartbeat, stale_after_s
 from .records import (
     DEFAULT_TRACE_JSON,
@@ -23,7 +24,7 @@ from .records import (
     sha256_text,
 )
 from .schema import upgrade
-from .session import DatabaseError, open_database
+from .session import DatabaseError
 from .status import (
     CONFIRM_FAILURES,
     END_STATUSES,
