@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 
+from database import MeasureStatus
 from measure import MeasureConfig
 from tuner.search.confirm import confirm_leaders
 from tuner.search.search import SearchConfig
@@ -73,7 +74,7 @@ def run_seed(tuner: tuning.OurTuner, kernel, trials: int, seed: int, check: int)
         tuner.measurer.release()
 
     def ok_medians(records, cand) -> list[float]:
-        out = [r.median_s for r in records if r.candidate_hash == cand.candidate_hash and r.status == "ok"]
+        out = [r.median_s for r in records if r.candidate_hash == cand.candidate_hash and r.status == MeasureStatus.OK]
         return out or [float("nan")]  # every check failed: the figures say so rather than crash
 
     return {"single_s": single_s, "single_check_s": statistics.median(ok_medians(checks, single)),

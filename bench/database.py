@@ -36,14 +36,21 @@ import time
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import numpy as np  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
 
 from bench.common import bench_parser, positive_int  # noqa: E402
-from database import TargetRecord, canonical_json, open_database, sha256_text  # noqa: E402
+from database import (  # noqa: E402
+    MeasureStatus,
+    TargetRecord,
+    canonical_json,
+    open_database,
+    sha256_text,
+)
+from database.bulk import bulk_insert  # noqa: E402
 from database.scratch import scratch_postgres_schema  # noqa: E402
 from database.store import measure_stats  # noqa: E402
 
-STATUSES = ["ok"] * 88 + ["build_error"] * 5 + ["run_error"] * 3 + ["timeout"] * 3 + ["wrong_result"]
+STATUSES = ([MeasureStatus.OK] * 88 + [MeasureStatus.BUILD_ERROR] * 5 + [MeasureStatus.RUN_ERROR] * 3
+            + [MeasureStatus.TIMEOUT] * 3 + [MeasureStatus.WRONG_RESULT])
 
 
 def synthetic(n_workloads: int, n_candidates: int, seed: int = 0):
@@ -70,10 +77,10 @@ def synthetic(n_workloads: int, n_candidates: int, seed: int = 0):
         base = 1e-4 * (1 + cand["workload_id"] % 97)
         for ti in range(len(targets)):
             status = statuses[ci, ti]
-            times = tuple(base * speeds[ci, ti] * rng.lognormal(0, 0.02, 5)) if status == "ok" else ()
+            times = tuple(base * speeds[ci, ti] * rng.lognormal(0, 0.02, 5)) if status == MeasureStatus.OK else ()
             results.append({"candidate_id": cand["id"], "target_id": ti + 1, "session_id": None,
                             "status": status, "times_s": json.dumps(times), **measure_stats(times),
-                            "build_time_s": 1.5, "error": "" if status == "ok" else f"{status}: synthetic",
+                            "build_time_s": 1.5, "error": "" if status == MeasureStatus.OK else f"{status}: synthetic",
                             "worker": "local:bench"})
     return targets, target_rows, workloads, candidates, results
 
@@ -81,22 +88,8 @@ def synthetic(n_workloads: int, n_candidates: int, seed: int = 0):
 def fill(url: str, data) -> None:
     """Bulk-insert the synthetic rows in one transaction per table."""
     _, target_rows, workloads, candidates, results = data
-    engine = create_engine(url)
-    from database.models import Candidate, MeasureResult, Target, Workload
-
-    with engine.begin() as conn:
-        for model, rows in ((Target, target_rows), (Workload, workloads), (Candidate, candidates)):
-            conn.execute(model.__table__.insert(), rows)
-        for start in range(0, len(results), 50_000):
-            conn.execute(MeasureResult.__table__.insert(), results[start:start + 50_000])
-        if conn.dialect.name == "postgresql":
-            for table in ("target", "workload", "candidate", "measure_result"):
-                conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
-                                  f"(SELECT MAX(id) FROM {table}))"))
-            conn.execute(text("ANALYZE"))
-        else:
-            conn.execute(text("ANALYZE"))
-    engine.dispose()
+    bulk_insert(url, {"target": target_rows, "workload": workloads, "candidate": candidates,
+                      "measure_result": results})
 
 
 def timed(fn, repeats: int) -> dict:

@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from database import MeasureStatus
+
 from .common import BenchResult, Row, bench_parser, machine_info, positive_int, ratio_row
 
 TILES = (4, 8, 16, 32)
@@ -99,7 +101,7 @@ def _service_pass(runner, builds, reference) -> float:
     start = time.perf_counter()
     results = runner.run(builds, reference)
     seconds = time.perf_counter() - start
-    bad = [r for r in results if r.status != "ok"]
+    bad = [r for r in results if r.status != MeasureStatus.OK]
     if bad:
         raise RuntimeError(f"{len(bad)} measurements failed: {bad[0].error}")
     return seconds

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from database import CandidateRecord, MeasureRecord, open_database
+from database import CandidateRecord, MeasureRecord, MeasureStatus, SessionStatus, open_database
 from measure import MeasureConfig
 from measure.tvmapi import apply_trace
 from tuner.cost_model.node_prices import node_kernel
@@ -141,7 +141,7 @@ class OurTuner:
 
     def open(self, db_url: str) -> OurTuner:
         """Tune into the database at ``db_url`` from now on (the previous one is closed)."""
-        self._close_db("finished")
+        self._close_db(SessionStatus.FINISHED)
         self.db = open_database(db_url)
         self.db.add_target(self.target_rec)
         self.session_id = self.db.start_session({"bench": True}, "bench", "bench")
@@ -150,9 +150,9 @@ class OurTuner:
 
     def close_db(self) -> None:
         """End the session and close the current database (``open`` another before tuning again)."""
-        self._close_db("finished")
+        self._close_db(SessionStatus.FINISHED)
 
-    def _close_db(self, status: str) -> None:
+    def _close_db(self, status: SessionStatus) -> None:
         if self.db is not None:
             self.measurer.release()
             self.db.finish_session(self.session_id, status)
@@ -161,7 +161,7 @@ class OurTuner:
 
     def __exit__(self, *exc) -> None:
         try:
-            self._close_db("finished" if exc[0] is None else "failed")
+            self._close_db(SessionStatus.FINISHED if exc[0] is None else SessionStatus.FAILED)
         finally:
             self._tuner.__exit__(*exc)
 
@@ -185,7 +185,7 @@ class OurTuner:
         self._tuner.search = dataclasses.replace(self.search, trials=trials, seed=seed)
         self._tuner.tune({wh: kernel}, {wh: space}, trainer, keep_builds=keep,
                          on_measured=lambda _k, batch, records: done.extend(trial_pairs(batch, records)))
-        return [Trial(c.trace_json, r.median_s if r.status == "ok" else None) for c, r in done]
+        return [Trial(c.trace_json, r.median_s if r.status == MeasureStatus.OK else None) for c, r in done]
 
     def save_model(self, trainer: ModelTrainer) -> int | None:
         """Store the trainer's model in the database (what a later warm start loads)."""

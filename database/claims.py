@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection
 
 from .models import CandidateClaim, MeasureResult, TuningSession, utcnow
 from .queries import chunks
+from .status import SessionStatus
 
 # Claims of a session that still beats but hangs (a wedged build) age out after this.
 CLAIM_TTL_S = 3600.0
@@ -55,7 +56,7 @@ def claim(
         return set()
     dead = select(TuningSession.id).where(
         or_(
-            TuningSession.status != "running",
+            TuningSession.status != SessionStatus.RUNNING,
             TuningSession.heartbeat_at < now - timedelta(seconds=stale_after_s),
         )
     )

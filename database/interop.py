@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .records import CandidateRecord, MeasureRecord, TargetRecord, WorkloadRecord
 from .session import DatabaseError
+from .status import MeasureStatus
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -76,7 +77,7 @@ def import_metaschedule(db, directory: str | Path, key: str) -> dict[str, int]:
         ok = bool(times) and all(math.isfinite(t) and 0 <= t < _FAILED_AT_S for t in times)
         results.append(MeasureRecord(
             candidate_hash=candidate.candidate_hash, workload_hash=wh, target_hash=target.target_hash,
-            status="ok" if ok else "run_error", times_s=times if ok else (),
+            status=MeasureStatus.OK if ok else MeasureStatus.RUN_ERROR, times_s=times if ok else (),
             error="" if ok else "failed in MetaSchedule", worker="metaschedule",
         ))
     counts = db.import_records(list(targets.values()), list(workloads.values()), list(candidates.values()), results)
@@ -129,7 +130,7 @@ def export_metaschedule(db, directory: str | Path) -> dict[str, int]:
                 trace = load_trace(funcs[wh], trace_json)
             except Exception as exc:  # TVM raises several error types for a trace that no longer applies
                 raise DatabaseError(f"candidate {record.candidate_hash} does not apply: {_first_line(exc)}") from None
-            run_secs = list(record.times_s) if record.status == "ok" else [FAILED_RUN_S]
+            run_secs = list(record.times_s) if record.status == MeasureStatus.OK else [FAILED_RUN_S]
             ms_db.commit_tuning_record(TuningRecord(
                 trace, ms_workloads[wh], run_secs, target, ArgInfo.from_prim_func(funcs[wh])))
             written += 1

@@ -32,8 +32,9 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.functions import FunctionElement
 
+from .status import SESSION_STATUSES, SessionStatus
+
 HASH = String(128)
-SESSION_STATUSES = ("running", "finished", "interrupted", "failed")
 
 
 class utcnow(FunctionElement):  # noqa: N801 (an SQL function name)
@@ -120,7 +121,7 @@ class TuningSession(Base):
     __tablename__ = "session"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('running', 'finished', 'interrupted', 'failed')",
+            f"status IN ({', '.join(repr(s.value) for s in SESSION_STATUSES)})",
             name="status",
         ),
     )
@@ -130,7 +131,7 @@ class TuningSession(Base):
     model_source: Mapped[str] = mapped_column(Text)
     model_hash: Mapped[str] = mapped_column(HASH, index=True)
     code_version: Mapped[str] = mapped_column(String(255))
-    status: Mapped[str] = mapped_column(String(16), default="running")
+    status: Mapped[str] = mapped_column(String(16), default=SessionStatus.RUNNING.value)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
     ended_at: Mapped[datetime | None] = mapped_column(DateTime)

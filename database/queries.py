@@ -16,6 +16,7 @@ from sqlalchemy.orm import aliased
 
 from .models import Candidate, CostModelVersion, MeasureResult, Target, Workload
 from .records import CandidateRecord, MeasureRecord, TargetRecord, TrainingRow, candidate_latency
+from .status import CONFIRM_FAILURES, MeasureStatus
 
 _IN_CHUNK = 500  # bound parameters per IN list, well under every backend's limit
 
@@ -51,10 +52,6 @@ def _latest_ids(target: int, *, workload_ids: list[int] | None) -> Select:
     return query.group_by(MeasureResult.candidate_id)
 
 
-#: Statuses of a re-measurement that rule its candidate out: it ran before and now fails or hangs.
-CONFIRM_FAILURES = ("build_error", "run_error", "timeout", "wrong_result")
-
-
 def _never_failed():
     """Where-clause: the row's candidate never gave a ``wrong_result`` on the row's target, and
     no re-measurement of it there (``confirm``) failed with one of :data:`CONFIRM_FAILURES`.
@@ -66,13 +63,13 @@ def _never_failed():
     return ~exists(select(other.id).where(
         other.candidate_id == MeasureResult.candidate_id,
         other.target_id == MeasureResult.target_id,
-        or_(other.status == "wrong_result", and_(other.confirm, other.status.in_(CONFIRM_FAILURES))),
+        or_(other.status == MeasureStatus.WRONG_RESULT, and_(other.confirm, other.status.in_(CONFIRM_FAILURES))),
     ))
 
 
 def _ok(target: int):
     """Where-clauses of the measurements that count as a candidate's time on a target."""
-    return (MeasureResult.target_id == target, MeasureResult.status == "ok",
+    return (MeasureResult.target_id == target, MeasureResult.status == MeasureStatus.OK,
             MeasureResult.median_s.is_not(None), _never_failed())
 
 
@@ -240,7 +237,7 @@ def ok_span(conn: Connection, target_hash: str) -> tuple[str, str] | None:
         return None
     row = conn.execute(
         select(func.min(MeasureResult.created_at), func.max(MeasureResult.created_at))
-        .where(MeasureResult.target_id == target, MeasureResult.status == "ok")
+        .where(MeasureResult.target_id == target, MeasureResult.status == MeasureStatus.OK)
     ).first()
     if row is None or row[0] is None:
         return None

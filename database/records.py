@@ -12,7 +12,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-MEASURE_STATUSES = ("ok", "build_error", "run_error", "timeout", "wrong_result", "worker_lost")
+from .status import MeasureStatus
 
 
 def sha256_text(text: str) -> str:
@@ -112,14 +112,15 @@ class MeasureRecord:
     ----------
     candidate_hash, workload_hash, target_hash : str
         What was measured, where.
-    status : str
-        One of ``MEASURE_STATUSES``.
+    status : MeasureStatus
+        How the measurement ended; its string (``"ok"``, ...) is accepted and
+        turned into the member. ``ValueError`` for any other string.
     times_s : tuple of float
         Raw repeat times in seconds (each the mean over ``number`` runs); empty on failure.
     build_time_s : float
         Seconds spent building the candidate (0 when unknown).
     error : str
-        The failure message; empty when ``status == "ok"``.
+        The failure message; empty when ``status`` is ``MeasureStatus.OK``.
     worker : str
         The RPC key and worker the measurement ran on.
     session_id : int or None
@@ -132,7 +133,7 @@ class MeasureRecord:
     candidate_hash: str
     workload_hash: str
     target_hash: str
-    status: str
+    status: MeasureStatus
     times_s: tuple[float, ...] = ()
     build_time_s: float = 0.0
     error: str = ""
@@ -141,8 +142,10 @@ class MeasureRecord:
     confirm: bool = False
 
     def __post_init__(self) -> None:
-        if self.status not in MEASURE_STATUSES:
-            raise ValueError(f"unknown measure status {self.status!r}")
+        try:
+            object.__setattr__(self, "status", MeasureStatus(self.status))
+        except ValueError:
+            raise ValueError(f"unknown measure status {self.status!r}") from None
 
     @property
     def median_s(self) -> float | None:

@@ -11,6 +11,9 @@ an error, and only :func:`upgrade` (``tune db upgrade``) migrates.
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import urllib.parse
 from pathlib import Path
 
 from alembic import command
@@ -19,15 +22,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Engine, inspect, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import URL, Connection
 
 from .models import Base
 from .session import (
     DatabaseError,
-    check_sqlite_file,
     create_engine_for,
     display_url,
     resolve_url,
+    sqlite_file,
     transaction,
 )
 
@@ -168,3 +171,42 @@ def upgrade(url: str | None = None, revision: str = "head") -> str:
     finally:
         engine.dispose()
     return after or ""
+
+
+def sqlite_tables(path: str) -> set[str] | None:
+    """The tables in the SQLite file ``path``, read without writing; None when it is not readable as SQLite."""
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+        try:
+            return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return None  # opening it names the problem
+
+
+def check_sqlite_file(url: URL, create: bool) -> None:
+    """Refuse a SQLite file that is not a tuning database before an engine touches it (or creates it).
+
+    With ``create`` false a missing file is refused too: connecting would create it.
+
+    Checked read-only: an engine switches the file to WAL on connect, which would
+    change another application's file even when the schema check then refuses it.
+    """
+    path = sqlite_file(url)
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise DatabaseError(f"{path} is a directory, not a SQLite database file")
+    if not os.path.exists(path):
+        if create:
+            return
+        raise DatabaseError(f"no database at {path}: give the URL a tune run wrote to")
+    tables = sqlite_tables(path)
+    if tables is None or VERSION_TABLE in tables or (create and not tables):
+        return
+    if not tables:
+        raise DatabaseError(f"{path} holds no tuning database (no tables); a tune run creates one")
+    shown = ", ".join(sorted(tables)[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
+    raise DatabaseError(f"{path} is not a tuning database: it holds tables ({shown}) but no schema revision "
+                        f"in {VERSION_TABLE}; give a new file or a database a tune run made")

@@ -19,14 +19,10 @@ import urllib.parse
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, make_url
-
-if TYPE_CHECKING:
-    from .store import Database
 
 DEFAULT_URL = "sqlite:///tune.db"
 URL_ENV = "TUNE_DB"
@@ -212,46 +208,6 @@ def _hint(reason: str) -> str:
     return next((hint for needle, hint in _HINTS if needle in lowered), "")
 
 
-def open_database(url: str | None = None, create: bool = True) -> Database:
-    """Open the tuning database, creating its schema when the database is empty and ``create`` is true.
-
-    Parameters
-    ----------
-    url : str, optional
-        A SQLAlchemy URL; when None, ``TUNE_DB`` from the environment, else
-        ``sqlite:///tune.db`` in the current directory.
-    create : bool
-        Create the schema in a database that has none. False for commands that
-        only read: they refuse a database no tuning run wrote to instead of
-        adding tables to it.
-
-    Returns
-    -------
-    Database
-        The opened database; call :meth:`Database.close` when done.
-
-    Raises
-    ------
-    DatabaseError
-        When the database cannot be reached, is not a database, has no tuning
-        schema (or is a missing SQLite file) and ``create`` is false, is a SQLite file with other tables and
-        no tuning schema (another application's: it is left as it was), or its
-        schema is older (run ``tune db upgrade``) or newer than this code.
-    """
-    from .schema import ensure_schema
-    from .store import Database
-
-    parsed = resolve_url(url)
-    check_sqlite_file(parsed, create)
-    engine = create_engine_for(parsed)
-    try:
-        ensure_schema(engine, create=create)
-    except BaseException:
-        engine.dispose()
-        raise
-    return Database(engine)
-
-
 def sqlite_file(url: URL) -> str | None:
     """The file a SQLite URL names (its ``file:`` URI form included), or None for memory and other backends."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
@@ -262,42 +218,3 @@ def sqlite_file(url: URL) -> str | None:
     return path or None
 
 
-def sqlite_tables(path: str) -> set[str] | None:
-    """The tables in the SQLite file ``path``, read without writing; None when it is not readable as SQLite."""
-    try:
-        conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
-        try:
-            return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return None  # opening it names the problem
-
-
-def check_sqlite_file(url: URL, create: bool) -> None:
-    """Refuse a SQLite file that is not a tuning database before an engine touches it (or creates it).
-
-    With ``create`` false a missing file is refused too: connecting would create it.
-
-    Checked read-only: an engine switches the file to WAL on connect, which would
-    change another application's file even when the schema check then refuses it.
-    """
-    from .schema import VERSION_TABLE
-
-    path = sqlite_file(url)
-    if path is None:
-        return
-    if os.path.isdir(path):
-        raise DatabaseError(f"{path} is a directory, not a SQLite database file")
-    if not os.path.exists(path):
-        if create:
-            return
-        raise DatabaseError(f"no database at {path}: give the URL a tune run wrote to")
-    tables = sqlite_tables(path)
-    if tables is None or VERSION_TABLE in tables or (create and not tables):
-        return
-    if not tables:
-        raise DatabaseError(f"{path} holds no tuning database (no tables); a tune run creates one")
-    shown = ", ".join(sorted(tables)[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
-    raise DatabaseError(f"{path} is not a tuning database: it holds tables ({shown}) but no schema revision "
-                        f"in {VERSION_TABLE}; give a new file or a database a tune run made")

@@ -49,8 +49,8 @@ from .records import (
     canonical_json,
 )
 from .session import DatabaseError, display_url, transaction
+from .status import END_STATUSES, SessionStatus
 
-END_STATUSES = ("finished", "interrupted", "failed")
 _WORKLOAD_FIELDS = [f.name for f in fields(WorkloadRecord)]
 
 
@@ -150,7 +150,7 @@ class Database:
                     model_source=model_source,
                     model_hash=model_hash,
                     code_version=code_version or _code_version(),
-                    status="running",
+                    status=SessionStatus.RUNNING,
                 )
             )
             return int(result.inserted_primary_key[0])
@@ -159,10 +159,13 @@ class Database:
         """Stamp a session as alive now (database time)."""
         self._update_session(session_id, heartbeat_at=utcnow())
 
-    def finish_session(self, session_id: int, status: str = "finished") -> None:
-        """End a session with ``status``: ``finished``, ``interrupted`` or ``failed``."""
+    def finish_session(self, session_id: int, status: SessionStatus = SessionStatus.FINISHED) -> None:
+        """End a session with ``status``: ``finished``, ``interrupted`` or ``failed``.
+
+        Its string is accepted too. ``ValueError`` for any other status (``running`` included).
+        """
         if status not in END_STATUSES:
-            raise ValueError(f"session status must be one of {END_STATUSES}, not {status!r}")
+            raise ValueError(f"session status must be one of {tuple(map(str, END_STATUSES))}, not {status!r}")
         self._update_session(session_id, status=status, ended_at=utcnow(), heartbeat_at=utcnow())
 
     def _update_session(self, session_id: int, **values) -> None:
@@ -182,8 +185,8 @@ class Database:
             cutoff = conn.scalar(select(utcnow())) - timedelta(seconds=older_than_s)
             result = conn.execute(
                 update(TuningSession)
-                .where(TuningSession.status == "running", TuningSession.heartbeat_at < cutoff)
-                .values(status="interrupted", ended_at=TuningSession.heartbeat_at)
+                .where(TuningSession.status == SessionStatus.RUNNING, TuningSession.heartbeat_at < cutoff)
+                .values(status=SessionStatus.INTERRUPTED, ended_at=TuningSession.heartbeat_at)
             )
             return result.rowcount
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .frontend import ModelImportError, first_line
+from .imported import ModelImportError, first_line
 
 #: ``model_type`` values with a decoder in ``extract.decoder.ARCHITECTURES`` (same order)
 ARCHITECTURE_NAMES = ("qwen3", "qwen2", "llama")

@@ -37,7 +37,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from .config import ARCHITECTURE_NAMES, check_sizes, stage_tokens
-from .frontend import (
+from .imported import (
     ImportedModel,
     ModelImportError,
     first_line,

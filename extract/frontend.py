@@ -8,139 +8,34 @@ them (the function attribute ``num_input`` counts the activations), seeded rando
 inputs, the weights as NumPy arrays, and hooks to run the same computation in PyTorch
 (reference outputs and eager timings) for comparison.
 
-Heavy libraries (torch, transformers, onnx) are imported only when a model is loaded.
+Heavy libraries (torch, transformers, onnx) are imported only when a model is loaded:
+:func:`import_model` imports :mod:`extract.decoder` or :mod:`extract.onnx_import` then.
+The model's types and the importers' shared helpers are in :mod:`extract.imported`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import tvm
+
+from .config import check_sizes, read_config, stage_tokens
+from .imported import ImportedModel, ModelImportError
 
 __all__ = [
+    "STAGES",
     "ImportedModel",
     "ModelImportError",
     "ModelSource",
-    "STAGES",
     "check_model",
-    "known_models",
     "import_model",
+    "known_models",
     "load_model",
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 STAGES = ("prefill", "prefill-kv", "decode")
-
-
-class ModelImportError(Exception):
-    """A model could not be imported; the message is one line saying why."""
-
-
-@dataclass(frozen=True)
-class ImportedModel:
-    """A model imported into Relax, with example data and a PyTorch twin.
-
-    Attributes
-    ----------
-    mod : tvm.IRModule
-        Relax module; function ``main`` takes ``inputs`` then ``params``, in that order.
-        Its attribute ``num_input`` equals ``len(inputs)``.
-    input_names : tuple of str
-        Names of the activation parameters of ``main``, in order.
-    inputs : tuple of numpy.ndarray
-        Seeded random example activations, one per name in ``input_names``.
-    params : tuple of numpy.ndarray
-        Weights, in the order of ``main``'s parameters after the activations.  Read-only.
-    source : str
-        Human-readable description, e.g. ``"qwen3-0.6b prefill seq_len=128 layers=1"``.
-    model_hash : str
-        Hex SHA-256 identifying the model and its shapes (not the random seed).
-    flops : int or None
-        Floating-point operations of one call (matrix products only, a multiply-add
-        counts as 2), or None when unknown.
-    param_names : tuple of str
-        Names of the weight parameters of ``main``, in order.
-    output_names : tuple of str
-        Names of the outputs of ``main``, in order.
-    """
-
-    mod: tvm.IRModule
-    input_names: tuple[str, ...]
-    inputs: tuple[np.ndarray, ...]
-    params: tuple[np.ndarray, ...]
-    source: str
-    model_hash: str
-    flops: int | None = None
-    param_names: tuple[str, ...] = ()
-    output_names: tuple[str, ...] = ()
-    _torch_call: Callable[[], object] | None = field(default=None, repr=False, compare=False)
-    _reference: Callable[[], tuple[np.ndarray, ...] | None] | None = field(
-        default=None, repr=False, compare=False
-    )
-
-    @property
-    def has_torch(self) -> bool:
-        """Whether a PyTorch module of the same computation is available (not for ONNX)."""
-        return self._torch_call is not None
-
-    def torch_eager(self, repeat: int = 10, warmup: int = 2) -> list[float]:
-        """Time the PyTorch eager module on ``inputs``.
-
-        Runs under ``torch.no_grad()`` with torch's default thread count, after
-        ``warmup`` untimed calls.
-
-        Parameters
-        ----------
-        repeat : int
-            Number of timed calls.
-        warmup : int
-            Number of untimed calls first.
-
-        Returns
-        -------
-        list of float
-            Wall-clock seconds of each timed call (take the median).
-
-        Raises
-        ------
-        NotImplementedError
-            When the model has no PyTorch module (an ONNX import).
-        """
-        if self._torch_call is None:
-            raise NotImplementedError(f"no PyTorch module for {self.source}")
-        if repeat < 1:
-            raise ValueError(f"repeat must be positive, got {repeat}")
-        import torch
-
-        times = []
-        with torch.no_grad():
-            for _ in range(warmup):
-                self._torch_call()
-            for _ in range(repeat):
-                start = time.perf_counter()
-                self._torch_call()
-                times.append(time.perf_counter() - start)
-        return times
-
-    def reference_outputs(self) -> tuple[np.ndarray, ...] | None:
-        """Outputs of the reference implementation on ``inputs``.
-
-        PyTorch for a transformers model, ``onnx.reference.ReferenceEvaluator`` for an
-        ONNX file.
-
-        Returns
-        -------
-        tuple of numpy.ndarray or None
-            One array per output of ``main``, in order; None when no reference can run.
-        """
-        return None if self._reference is None else self._reference()
 
 
 def known_models() -> list[str]:
@@ -283,47 +178,8 @@ def check_model(name_or_path: str, stage: str = "prefill", seq_len: int = 128, k
                 " (or give a path to an .onnx file or a config .json)"
             )
         label = key
-    from .config import check_sizes, read_config, stage_tokens
-
     config = read_config(path)
     check_sizes(config, path, int(layers), sum(stage_tokens(stage, int(seq_len), int(kv_len))))
     return ModelSource("config", path, label, config)
 
 
-def stable_hash(*parts: object) -> str:
-    """Hex SHA-256 of JSON-serialisable parts (bytes are hashed as they are)."""
-    digest = hashlib.sha256()
-    for part in parts:
-        data = part if isinstance(part, bytes) else json.dumps(part, sort_keys=True).encode()
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (two if the first ends in a colon)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    if lines[0].endswith(":") and len(lines) > 1:  # "...of node:" then the detail
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]
-
-
-def readonly(array: np.ndarray) -> np.ndarray:
-    """A read-only view of ``array``."""
-    view = array.view()
-    view.flags.writeable = False
-    return view
-
-
-def operator_error(importer: str, exc: Exception) -> ModelImportError:
-    """A one-line ModelImportError for an importer failure, naming the operator if known."""
-    message = first_line(exc)
-    match = re.search(
-        r"(?:Unsupported function types|not supported for frontend \w+:)\s*(.+)", message
-    )
-    if match:
-        ops = re.sub(r"[\[\]']", "", match.group(1)).strip()
-        return ModelImportError(f"{importer} does not support operator(s): {ops}")
-    return ModelImportError(f"{importer} failed: {message}")

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import tvm
 
-from .frontend import (
+from .imported import (
     ImportedModel,
     ModelImportError,
     first_line,

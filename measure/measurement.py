@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from database.status import MeasureStatus
+
 from .protocol import (
     WRONG_RESULT_TAG,
     MeasureConfig,
@@ -118,7 +120,7 @@ def measure_candidates(tracker: TrackerAddress, key: str, artifacts: list[str], 
     """
     from tvm import rpc
 
-    blank = {"status": "ok", "times_s": [], "rounds": 0, "error": "", "worker": "", "start": 0.0, "end": 0.0}
+    blank = {"status": MeasureStatus.OK, "times_s": [], "rounds": 0, "error": "", "worker": "", "start": 0.0, "end": 0.0}
     try:
         host, port, matchkey = request_worker(tracker, key, config.device_wait_s)
     except NoFreeWorker as err:
@@ -142,15 +144,15 @@ def measure_candidates(tracker: TrackerAddress, key: str, artifacts: list[str], 
             if "RPCSessionTimeoutError" in message or "session has expired" in message:
                 if results:
                     break  # not this candidate's own timeout: measured again in a new session
-                status, message = "timeout", f"run timeout: killed after {config.timeout_s:g} s"
+                status, message = MeasureStatus.TIMEOUT, f"run timeout: killed after {config.timeout_s:g} s"
             elif WRONG_RESULT_TAG in message:
-                status = "wrong_result"
+                status = MeasureStatus.WRONG_RESULT
             else:
                 status = RUN_FAILED
             out.update(status=status, error=first_line(message), times_s=[])
         out["end"] = time.time()
         results.append(out)
-        if out["status"] in ("timeout", RUN_FAILED):
+        if out["status"] in (MeasureStatus.TIMEOUT, RUN_FAILED):
             break
     # Dropping the session's last references closes it; the worker deletes its directory.
     return results

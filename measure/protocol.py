@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from database.status import MeasureStatus
+
 WRONG_RESULT_TAG = "wrong_result:"
 
 
@@ -94,12 +96,12 @@ def coefficient_of_variation(times_s) -> float:
     return statistics.stdev(times_s) / mean if mean > 0 else 0.0
 
 
-def classify_build_error(message: str) -> str:
+def classify_build_error(message: str) -> MeasureStatus:
     """Status of a failed build: ``timeout`` or ``build_error``."""
-    return "timeout" if "timeout" in message.lower() else "build_error"
+    return MeasureStatus.TIMEOUT if "timeout" in message.lower() else MeasureStatus.BUILD_ERROR
 
 
-def classify_run_error(message: str) -> str:
+def classify_run_error(message: str) -> MeasureStatus:
     """Status of a failed run from TVM's runner message.
 
     ``wrong_result`` when the correctness check failed, ``timeout`` when the run
@@ -108,12 +110,12 @@ def classify_run_error(message: str) -> str:
     """
     lower = message.lower()
     if WRONG_RESULT_TAG in message:
-        return "wrong_result"
+        return MeasureStatus.WRONG_RESULT
     if "timeout" in lower:
-        return "timeout"
+        return MeasureStatus.TIMEOUT
     if any(s in lower for s in ("connection reset", "broken pipe", "socket", "connection refused", "eof")):
-        return "worker_lost"
-    return "run_error"
+        return MeasureStatus.WORKER_LOST
+    return MeasureStatus.RUN_ERROR
 
 
 def first_line(message: str, limit: int = 500) -> str:

@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 
 from tvm.support.popen_pool import PopenPoolExecutor
 
+from database.status import MeasureStatus
+
 from .builder import BuildResult
 from .lifetime import bind_tvm_pools
 from .measurement import NO_WORKER, RUN_FAILED, KernelReference, measure_candidates
@@ -49,7 +51,7 @@ class RunResult:
 
     Attributes
     ----------
-    status : str
+    status : MeasureStatus
         ``ok``, ``timeout``, ``wrong_result``, ``run_error`` or ``worker_lost``.
     times_s : tuple of float
         Every repeat time in seconds (each the mean over the calibrated ``number``
@@ -67,7 +69,7 @@ class RunResult:
         (0 when no worker was reached).
     """
 
-    status: str
+    status: MeasureStatus
     times_s: tuple[float, ...] = ()
     error: str = ""
     worker: str = ""
@@ -150,7 +152,7 @@ class Runner:
                 running[future] = chunk
             if self._no_worker is not None:
                 for i, _ in pending:
-                    results[i] = RunResult("worker_lost", error=self._no_worker)
+                    results[i] = RunResult(MeasureStatus.WORKER_LOST, error=self._no_worker)
                 pending.clear()
                 if not running:
                     break
@@ -160,7 +162,7 @@ class Runner:
                 outcomes = self._outcomes(future, len(chunk))
                 again = chunk[len(outcomes):]  # not measured: the session ended early
                 for (i, attempt), result in zip(chunk, outcomes):
-                    if result.status == "worker_lost" and result.worker and attempt < self.config.retries:
+                    if result.status == MeasureStatus.WORKER_LOST and result.worker and attempt < self.config.retries:
                         lost[i].append(result)
                         again.insert(0, (i, attempt + 1))
                     else:
@@ -201,15 +203,15 @@ class Runner:
         try:
             outs = future.result()
         except TimeoutError:
-            return [RunResult("timeout", error="run timeout: no answer from the worker's session in time")] * size
+            return [RunResult(MeasureStatus.TIMEOUT, error="run timeout: no answer from the worker's session in time")] * size
         except Exception as err:  # noqa: BLE001 - the pool re-raises the measuring process's failure
-            return [RunResult("run_error", error=first_line(str(err)))] * size
+            return [RunResult(MeasureStatus.RUN_ERROR, error=first_line(str(err)))] * size
         if outs and outs[0]["status"] == NO_WORKER:
             error = outs[0]["error"]
             if not self._count_workers_quiet():
                 self._no_worker = f"no worker left with RPC key {self.key!r} on the tracker at {self.tracker}: {error}"
                 error = self._no_worker
-            return [RunResult("worker_lost", error=error)] * size
+            return [RunResult(MeasureStatus.WORKER_LOST, error=error)] * size
         return [self._outcome(out) for out in outs]
 
     def _outcome(self, out: dict) -> RunResult:
@@ -220,10 +222,10 @@ class Runner:
             if self._registered(out["worker"]):
                 if any(s in error for s in ("kShutdown", "Connection reset", "Broken pipe", "Socket")):
                     error = f"the worker's session process died (the kernel crashed it?): {error}"
-                return RunResult("run_error", error=error, worker=worker, **span)
-            return RunResult("worker_lost", error=f"worker {out['worker']} lost mid-measurement: {error}", worker=worker,
+                return RunResult(MeasureStatus.RUN_ERROR, error=error, worker=worker, **span)
+            return RunResult(MeasureStatus.WORKER_LOST, error=f"worker {out['worker']} lost mid-measurement: {error}", worker=worker,
                              **span)
-        return RunResult(status, tuple(out["times_s"]), error, worker, out["rounds"], **span)
+        return RunResult(MeasureStatus(status), tuple(out["times_s"]), error, worker, out["rounds"], **span)
 
     def _count_workers_quiet(self) -> int:
         try:

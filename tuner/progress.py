@@ -10,6 +10,8 @@ import sys
 
 from rich.console import Console
 
+from tuner.search.stop import SearchStop
+
 
 def fmt_us(seconds: float) -> str:
     """A latency in seconds as microseconds, without the unit: 4 significant figures below 10 ms
@@ -66,7 +68,7 @@ class Progress:
             soft_wrap=True,
         )
 
-    def kernel_done(self, workload: str, stop_reason: str, space_error: str | None, measured_now: int,
+    def kernel_done(self, workload: str, stop_reason: SearchStop, space_error: str | None, measured_now: int,
                     unspent: int) -> None:
         """A workload's search ended; ``unspent`` trials of its budget were not measured in this run.
 
@@ -76,7 +78,7 @@ class Progress:
         nothing: the run that measured it said why it stopped.
         """
         self._done += max(unspent, 0)
-        if self.quiet or stop_reason != "space_exhausted" or (measured_now == 0 and not space_error):
+        if self.quiet or stop_reason != SearchStop.SPACE_EXHAUSTED or (measured_now == 0 and not space_error):
             return
         why = f"no schedule space: {space_error}" if space_error else "every distinct schedule sampled was measured"
         self.console.print(f"        {workload[:48]:<48} stopped early: {why}", soft_wrap=True)

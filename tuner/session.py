@@ -21,6 +21,7 @@ from database import (
     DatabaseError,
     GraphCandidateRecord,
     Heartbeat,
+    SessionStatus,
     open_database,
     stale_after_s,
 )
@@ -222,12 +223,12 @@ class TuneRun:
             with Heartbeat(db, session_id):
                 summary = self._tune(db, model, target, target_rec, session_id)
         except KeyboardInterrupt:
-            db.finish_session(session_id, "interrupted")
+            db.finish_session(session_id, SessionStatus.INTERRUPTED)
             raise
         except BaseException:
-            db.finish_session(session_id, "failed")
+            db.finish_session(session_id, SessionStatus.FAILED)
             raise
-        db.finish_session(session_id, "finished")
+        db.finish_session(session_id, SessionStatus.FINISHED)
         return summary
 
     def _tune(self, db, model, target, target_rec, session_id) -> RunSummary:

@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 
 from extract import ImportedModel, ModelImportError, known_models, load_model
-from extract.frontend import operator_error
+from extract.imported import operator_error
 
 SEQ_LEN, KV_LEN, LAYERS = 8, 12, 2
 TINY = {"hidden": 64, "kv_heads": 2, "head_dim": 16}

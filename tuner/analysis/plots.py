@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from database import MeasureStatus
 from measure.roofline import Roofline
 
 from .tables import METASCHEDULE, AnalysisError
@@ -124,7 +125,7 @@ def measurements_over_time(counts: pd.DataFrame) -> Figure:
     x = np.arange(len(counts))
     bottom = np.zeros(len(counts))
     for status in counts.columns:
-        ax.bar(x, counts[status], bottom=bottom, label=status, color="C2" if status == "ok" else None)
+        ax.bar(x, counts[status], bottom=bottom, label=status, color="C2" if status == MeasureStatus.OK else None)
         bottom += counts[status].to_numpy()
     step = max(1, len(x) // 8)
     ax.set_xticks(x[::step], [t.strftime("%m-%d %H:%M") for t in counts.index[::step]], fontsize="x-small")
@@ -136,7 +137,7 @@ def measurements_over_time(counts: pd.DataFrame) -> Figure:
 def failures(by_status: pd.DataFrame) -> Figure:
     """Measurements per status (bars)."""
     fig, ax = _figure(6.0, 3.5)
-    ax.bar(by_status.status, by_status["count"], color=["C2" if s == "ok" else "C3" for s in by_status.status])
+    ax.bar(by_status.status, by_status["count"], color=["C2" if s == MeasureStatus.OK else "C3" for s in by_status.status])
     ax.set(ylabel="measurements", title="Measurements by status")
     return _done(fig, "failures by status")
 

@@ -22,20 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import inspect, select
 
-from database.models import (
-    Candidate,
-    CostModelVersion,
-    MeasureResult,
-    Target,
-    TuningSession,
-    Workload,
-)
+from database import CONFIRM_FAILURES, DEFAULT_TRACE_JSON, DatabaseError, MeasureStatus
+from database.frames import read_frames
+from database.session import DEFAULT_URL, URL_ENV
 
 METASCHEDULE = "metaschedule"
 OURS = "tune"
-_TABLES = ("measure_result", "candidate", "workload", "target", "session", "cost_model_version")
 
 
 class AnalysisError(RuntimeError):
@@ -89,25 +82,7 @@ class TuningData:
 
 def resolve_db_url(db_url: str | None = None) -> str:
     """``db_url``, else the ``TUNE_DB`` environment variable, else ``sqlite:///tune.db`` (the local file)."""
-    from database.session import DEFAULT_URL, URL_ENV
-
     return db_url or os.environ.get(URL_ENV) or DEFAULT_URL
-
-
-def _engine(db_url: str):
-    from database import DatabaseError
-    from database.session import create_engine_for, display_url, resolve_url
-
-    try:
-        url = resolve_url(db_url)
-        shown = display_url(url)
-        if url.get_backend_name() == "sqlite":
-            path = url.database or ""
-            if path in ("", ":memory:") or not os.path.isfile(path):
-                raise AnalysisError(f"no database file {path or '(none)'} for {shown}: run `tune run ... --db {shown}` first")
-        return create_engine_for(url), shown
-    except DatabaseError as err:
-        raise AnalysisError(str(err)) from None
 
 
 def load(db_url: str | None = None) -> TuningData:
@@ -124,53 +99,11 @@ def load(db_url: str | None = None) -> TuningData:
         When the URL is malformed or does not connect, the SQLite file does not
         exist, or the database holds no tuning tables.
     """
-    from database import DatabaseError
-    from database.session import transaction
-
-    engine, shown = _engine(resolve_db_url(db_url))
     try:
-        with transaction(engine, write=False) as conn:
-            missing = [t for t in _TABLES if not inspect(conn).has_table(t)]
-            if missing:
-                raise AnalysisError(f"{shown} is not a tuning database (no table {missing[0]}): run `tune db upgrade --db {shown}`")
-            if "confirm" not in {c["name"] for c in inspect(conn).get_columns("measure_result")}:
-                raise AnalysisError(f"{shown} was made by an older version of tune: run `tune db upgrade --db {shown}`")
-            frames = {name: pd.read_sql(query, conn) for name, query in _queries().items()}
+        shown, frames = read_frames(resolve_db_url(db_url))
     except DatabaseError as err:
         raise AnalysisError(str(err)) from None
-    finally:
-        engine.dispose()
     return _assemble(shown, frames)
-
-
-def _queries() -> dict:
-    return {
-        "measurements": select(
-            MeasureResult.id, MeasureResult.created_at, MeasureResult.status, MeasureResult.median_s,
-            MeasureResult.mean_s, MeasureResult.min_s, MeasureResult.stdev_s, MeasureResult.times_s,
-            MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id,
-            MeasureResult.confirm, Candidate.candidate_hash, Candidate.trace_json, Workload.workload_hash, Target.target_hash,
-        )
-        .join(Candidate, Candidate.id == MeasureResult.candidate_id)
-        .join(Workload, Workload.id == Candidate.workload_id)
-        .join(Target, Target.id == MeasureResult.target_id)
-        .order_by(MeasureResult.id),
-        "sessions": select(
-            TuningSession.id.label("session_id"), TuningSession.model_source, TuningSession.model_hash,
-            TuningSession.args, TuningSession.status, TuningSession.started_at, TuningSession.ended_at,
-        ).order_by(TuningSession.id),
-        "workloads": select(
-            Workload.workload_hash, Workload.name.label("workload"), Workload.op_kind, Workload.flops,
-            Workload.bytes_moved,
-        ).order_by(Workload.id),
-        "targets": select(Target.target_hash, Target.target_json, Target.key).order_by(Target.id),
-        "cost_models": select(
-            CostModelVersion.id.label("model_id"), CostModelVersion.created_at, Target.target_hash, Target.key,
-            CostModelVersion.feature_version, CostModelVersion.record_count, CostModelVersion.metrics,
-        )
-        .join(Target, Target.id == CostModelVersion.target_id)
-        .order_by(CostModelVersion.id),
-    }
 
 
 def _is_metaschedule(*texts) -> bool:
@@ -178,8 +111,6 @@ def _is_metaschedule(*texts) -> bool:
 
 
 def _assemble(url: str, f: dict[str, pd.DataFrame]) -> TuningData:
-    from database import DEFAULT_TRACE_JSON
-
     sessions = f["sessions"]
     sessions["source"] = [
         METASCHEDULE if _is_metaschedule(src, args) else OURS for src, args in zip(sessions.model_source, sessions.args)
@@ -219,7 +150,7 @@ def require_measurements(data: TuningData | None, ok: bool = True) -> pd.DataFra
     if m.empty:
         raise AnalysisError(f"{data.url} holds no measurements: run `tune run MODEL --db {data.url}` first")
     if ok:
-        m = m[(m.status == "ok") & m.median_s.notna() & (m.median_s > 0)]
+        m = m[(m.status == MeasureStatus.OK) & m.median_s.notna() & (m.median_s > 0)]
         if m.empty:
             raise AnalysisError(f"{data.url} holds no successful measurement (every one failed; see the failures table)")
     return m
@@ -229,7 +160,7 @@ def candidate_latencies(data: TuningData | None) -> pd.DataFrame:
     """Per candidate, target key and workload: its latency as the tuner counts it (``database.candidate_latency``).
 
     The median over the medians of its ``ok`` measurements; candidates with a
-    ``wrong_result``, or a re-measurement that failed (``database.queries.CONFIRM_FAILURES``),
+    ``wrong_result``, or a re-measurement that failed (``database.CONFIRM_FAILURES``),
     are left out. Columns: ``workload_hash``, ``key``, ``candidate_hash``, ``is_default``,
     ``median_s`` (seconds), plus the first measurement's other columns.
 
@@ -238,12 +169,10 @@ def candidate_latencies(data: TuningData | None) -> pd.DataFrame:
     AnalysisError
         When there is no successful measurement.
     """
-    from database.queries import CONFIRM_FAILURES
-
     m = require_measurements(data, ok=False)
     ok = require_measurements(data)
     ids = ["candidate_hash", "target_hash"]
-    failed = m[(m.status == "wrong_result") | (m.confirm & m.status.isin(CONFIRM_FAILURES))][ids].drop_duplicates()
+    failed = m[(m.status == MeasureStatus.WRONG_RESULT) | (m.confirm & m.status.isin(CONFIRM_FAILURES))][ids].drop_duplicates()
     ok = ok.merge(failed.assign(_failed=True), on=ids, how="left")
     ok = ok[ok._failed.isna()].drop(columns="_failed")
     if ok.empty:
@@ -270,7 +199,7 @@ def overview(data: TuningData | None) -> pd.DataFrame:
         "workers": m.worker.nunique(),
         "candidates measured": m.candidate_hash.nunique(),
         "measurements": len(m),
-        "successful measurements": int((m.status == "ok").sum()),
+        "successful measurements": int((m.status == MeasureStatus.OK).sum()),
         "cost model versions": len(data.cost_models),
     }
     return pd.DataFrame({"item": list(counts), "count": list(counts.values())})
@@ -384,7 +313,7 @@ def tuning_curves(data: TuningData | None) -> pd.DataFrame:
     keys = ["workload_hash", "key", "source"]
     c = m[keys + ["workload", "status", "median_s", "flops", "id"]].copy()
     c["trial"] = c.groupby(keys).cumcount() + 1
-    good = c.median_s.where((c.status == "ok") & (c.median_s > 0))
+    good = c.median_s.where((c.status == MeasureStatus.OK) & (c.median_s > 0))
     c["best_s"] = good.groupby([c[k] for k in keys]).cummin()
     c["best_gflops"] = c.flops / c.best_s / 1e9
     return c.drop(columns=["id", "flops"]).reset_index(drop=True)
@@ -412,7 +341,7 @@ def session_curves(data: TuningData | None) -> pd.DataFrame:
     for (session, key), g in m.groupby(["session_id", "key"], sort=True):
         best: dict[str, float] = {}
         for trial, row in enumerate(g.itertuples(), start=1):
-            if row.status == "ok" and row.median_s and row.median_s > 0:
+            if row.status == MeasureStatus.OK and row.median_s and row.median_s > 0:
                 best[row.workload_hash] = min(best.get(row.workload_hash, np.inf), row.median_s)
             rows.append((int(session), row.model_source, key, trial, len(best), sum(best.values()) if best else np.nan))
     return pd.DataFrame(rows, columns=["session_id", "model_source", "key", "trial", "workloads", "total_best_s"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from database import CandidateRecord, TrainingRow
+from database import CandidateRecord, MeasureStatus, TrainingRow
 from measure.tvmapi import PrimFunc
 
 from .xgb import N_FEATURES, valid_rows
@@ -65,7 +65,7 @@ def load_repeats(db, target_hash: str) -> dict[str, tuple[float, ...]]:
     """Each measured candidate's repeat times in seconds on ``target_hash``: its ``ok`` measurements', oldest first."""
     repeats: dict[str, list[float]] = defaultdict(list)
     for record, _ in db.measure_results(target_hash):
-        if record.status == "ok":
+        if record.status == MeasureStatus.OK:
             repeats[record.candidate_hash] += record.times_s
     return {c: tuple(t) for c, t in repeats.items()}
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from database import CandidateRecord, MeasureRecord, TrainingRow
+from database import CandidateRecord, MeasureRecord, MeasureStatus, TrainingRow
 
 from tuner.kernels import Kernel
 from tuner.space.space import ScheduleSpace
@@ -90,6 +90,6 @@ def confirm_leaders(kernel: Kernel, space: ScheduleSpace, leaders: Callable[[int
         cands = [space.replay(CandidateRecord(kernel.workload.workload_hash, row.trace_json)) for row in short]
         records = remeasure(kernel, cands, [measurements - row.measurements for row in short])
         taken += records
-        if all(r.status == "worker_lost" for r in records):
+        if all(r.status == MeasureStatus.WORKER_LOST for r in records):
             break  # no leader ran: choosing among them as measured is all that is left
     return taken

@@ -15,7 +15,7 @@ import os
 import shutil
 from collections.abc import Callable
 
-from database import MeasureRecord, TargetRecord
+from database import MeasureRecord, MeasureStatus, TargetRecord
 from measure import Builder, Runner, classify_build_error, first_line
 
 from tuner.kernels import Kernel, kernel_reference
@@ -82,7 +82,7 @@ class BatchMeasurer:
             else:
                 records += self._run_records(wh, c, next(runs), b.build_time_s)
         self.db.add_measure_results(records)
-        ok = {r.candidate_hash for r in records if r.status == "ok"}
+        ok = {r.candidate_hash for r in records if r.status == MeasureStatus.OK}
         for c, b in zip(batch, builds):
             if c.record.candidate_hash in ok:
                 self._kept[c.record.candidate_hash] = b
@@ -141,7 +141,7 @@ class BatchMeasurer:
                      ) -> list[MeasureRecord]:
         """The records of one run: attempts on workers that died under it, then the outcome."""
         common = self._common(wh, c, build_time_s, confirm)
-        return [*(MeasureRecord(status="worker_lost", error=lost.error, worker=lost.worker or self.runner.worker_name,
+        return [*(MeasureRecord(status=MeasureStatus.WORKER_LOST, error=lost.error, worker=lost.worker or self.runner.worker_name,
                                 **common) for lost in run.retries),
                 MeasureRecord(status=run.status, times_s=run.times_s, error=run.error,
                               worker=run.worker or self.runner.worker_name, **common)]

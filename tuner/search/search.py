@@ -33,12 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from database import CandidateRecord, MeasureRecord, TrainingRow
+from database import CandidateRecord, MeasureRecord, MeasureStatus, TrainingRow
 
 from tuner.cost_model.xgb import XGBCostModel, valid_rows
 from tuner.kernels import Kernel
 from tuner.space.space import ScheduleCandidate, ScheduleSpace
 from tuner.space.gemm_seeds import LEADING_SEEDS
+
+from .stop import SearchStop
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class KernelOutcome:
     """What the search did for one kernel: the stop reason and measurement counts."""
 
     workload_hash: str
-    stop_reason: str  # "budget", "space_exhausted", "already_tuned", "no_budget"
+    stop_reason: SearchStop
     measured_before: int
     measured_now: int
 
@@ -176,7 +178,7 @@ def tune_kernel(
     ``measure`` may return records for only part of a batch (candidates another
     live session has claimed are skipped); a skipped candidate leaves the pool
     and is not counted, so the budget counts recorded measurements only and the
-    search ends when the pool runs dry ("space_exhausted").
+    search ends when the pool runs dry (``SearchStop.SPACE_EXHAUSTED``).
     """
     before = len(measured)
     rng = np.random.default_rng(config.seed)
@@ -189,9 +191,9 @@ def tune_kernel(
         trainer.retrain()
     left = config.trials - len(measured)
     if config.trials == 0:
-        return KernelOutcome(kernel.workload.workload_hash, "no_budget", before, 0)
+        return KernelOutcome(kernel.workload.workload_hash, SearchStop.NO_BUDGET, before, 0)
     if left <= 0:
-        return KernelOutcome(kernel.workload.workload_hash, "already_tuned", before, 0)
+        return KernelOutcome(kernel.workload.workload_hash, SearchStop.ALREADY_TUNED, before, 0)
     # programs measured (those that failed too) or waiting in the queue or pool
     programs = {c.program_hash for c in seen.values()} | {space.replay(r).program_hash for r in discounted}
 
@@ -215,13 +217,13 @@ def tune_kernel(
             return None
         return trainer.score(space.feature_matrix(cands, kernel.workload))
 
-    stop = "budget"
+    stop = SearchStop.BUDGET
     while len(measured) < config.trials:
         want = min(config.batch_size, config.trials - len(measured)) - len(queue)
         batch = queue + pick_batch(pool, max(want, 0), score, config.explore, rng)
         queue = []
         if not batch:
-            stop = "space_exhausted"
+            stop = SearchStop.SPACE_EXHAUSTED
             break
         chosen = {c.record.candidate_hash for c in batch}
         pool = [c for c in pool if c.record.candidate_hash not in chosen]
@@ -241,14 +243,14 @@ def tune_kernel(
 def _fastest(seen: dict[str, ScheduleCandidate], measured: dict[str, MeasureRecord], n: int
              ) -> list[ScheduleCandidate]:
     """The ``n`` schedules of ``seen`` with the least successful measured latency."""
-    ok = [(measured[h].median_s, h) for h in seen if h in measured and measured[h].status == "ok"
+    ok = [(measured[h].median_s, h) for h in seen if h in measured and measured[h].status == MeasureStatus.OK
           and math.isfinite(measured[h].median_s) and measured[h].median_s > 0]
     return [seen[h] for _, h in sorted(ok)[:n]]
 
 
 def _learn(trainer, space, kernel, candidates, measured) -> None:
     ok = [c for c in candidates if measured.get(c.record.candidate_hash, None) is not None
-          and measured[c.record.candidate_hash].status == "ok"]
+          and measured[c.record.candidate_hash].status == MeasureStatus.OK]
     if not ok:
         return
     for cand, x in zip(ok, space.feature_matrix(ok, kernel.workload)):

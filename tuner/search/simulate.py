@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from sklearn.model_selection import GroupKFold
 
-from database import CandidateRecord, candidate_latency
+from database import CandidateRecord, MeasureStatus, candidate_latency
 
 from tuner.cost_model.xgb import XGBCostModel
 from tuner.cost_model.dataset import parse_kernel
@@ -73,9 +73,9 @@ def load_pools(db, target_hash: str, target: tvm.target.Target, min_size: int = 
     wrong: set[str] = set()
     for wh, ch, trace, status, median, _ in db.measure_log(target_hash):
         traces[wh][ch] = trace
-        if status == "ok" and median is not None and np.isfinite(median) and median > 0:
+        if status == MeasureStatus.OK and median is not None and np.isfinite(median) and median > 0:
             medians[ch].append(median)
-        if status == "wrong_result":
+        if status == MeasureStatus.WRONG_RESULT:
             wrong.add(ch)
     pools = []
     for wh, cands in traces.items():

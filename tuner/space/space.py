@@ -27,7 +27,7 @@ import numpy as np
 import tvm
 
 from database import DEFAULT_TRACE_JSON, CandidateRecord, WorkloadRecord
-from extract.frontend import first_line
+from extract.imported import first_line
 from measure.tvmapi import (
     ArgInfo,
     PrimFunc,
