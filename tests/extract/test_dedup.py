@@ -80,6 +80,7 @@ def test_candidates_match_the_original_and_apply_each_choice_to_every_layer(mode
     assert "epilogue_silu_mul" in {f for c in candidates for f in c.rewrites}
 
 
+@pytest.mark.slow
 def test_best_and_exact_extraction_of_deduplicated_layers(model, exploration):
     def node_cost(op_name, out_shape, dtype, arg_shapes):
         return 1.0 if op_name == "rms_norm_dense" else None

@@ -6,6 +6,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 from measure_kernels import RPC_KEY, N, matmul_module, unbuildable_module
 
 from measure import (
@@ -16,6 +17,8 @@ from measure import (
     classify_build_error,
 )
 from measure.tvmapi import make_target
+
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
 
 
 def test_builds_succeed(builds):

@@ -28,6 +28,8 @@ from measure import (
     workers_for_key,
 )
 
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
+
 KEY = "measure-faults"
 # ``second`` sums ones 2**30 times in float32 (it saturates): any finite output is accepted.
 SECOND_REFERENCE = KernelReference(arrays=(np.ones(N, np.float32), np.zeros(1, np.float32)), n_outputs=1)

@@ -22,6 +22,8 @@ from measure import (
     workers_for_key,
 )
 
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
+
 
 @pytest.mark.parametrize(
     ("text", "host", "port"),

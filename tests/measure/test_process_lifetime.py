@@ -14,8 +14,11 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
 from measure.rpc import TrackerAddress, free_port, queue_status, workers_for_key
+
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
 
 GONE_S = 5.0  # how long the descendants of a killed parent may outlive it
 START_S = 180.0  # TVM imports slowly on a loaded machine

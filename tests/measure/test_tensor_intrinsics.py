@@ -10,6 +10,8 @@ import pytest
 
 from measure.tvmapi import _cpu_intrinsic_modules, make_target
 
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
+
 
 @pytest.mark.parametrize(
     ("triple", "modules"),

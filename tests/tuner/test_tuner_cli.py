@@ -11,6 +11,8 @@ import pytest
 
 from extract.frontend import CONFIG_DIR
 
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
+
 
 def tune(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(

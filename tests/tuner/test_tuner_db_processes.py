@@ -29,6 +29,8 @@ from database.liveness import STALE_ENV
 from database.scratch import scratch_postgres_schema
 from measure import LocalRPC
 
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
+
 TRIALS = 3
 KILLED_TRIALS = 12  # enough that the kill lands mid-run even when measurements are fast and the poll is slow
 STALE_S = 3.0

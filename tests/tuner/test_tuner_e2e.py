@@ -13,9 +13,11 @@ import pytest
 from database import open_database
 from extract import load_model
 from measure.tvmapi import make_target
-from tuner.search.confirm import MARGIN
 from tuner.kernels import kernels_of, lower_to_kernels
+from tuner.search.confirm import MARGIN
 from tuner.space.space import ScheduleSpace
+
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
 
 
 def tune_json(*args: str, cwd) -> dict:

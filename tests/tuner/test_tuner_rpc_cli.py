@@ -14,6 +14,8 @@ import pytest
 
 from measure.rpc import free_port
 
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
+
 
 def tune(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True, timeout=900, **kwargs)

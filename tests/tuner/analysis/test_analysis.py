@@ -10,10 +10,12 @@ import pytest
 
 from database import open_database, upgrade
 from measure.roofline import Roofline
-from tuner.analysis import tables as an
 from tuner.analysis import cost_model as acm
 from tuner.analysis import plots
 from tuner.analysis import roofline as arl
+from tuner.analysis import tables as an
+
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
 
 
 @pytest.fixture(scope="module")

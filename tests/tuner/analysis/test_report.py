@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
+
 
 def test_report_of_a_tuning_run(tuned_db, tmp_path):
     out = tmp_path / "report"

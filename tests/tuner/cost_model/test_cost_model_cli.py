@@ -18,9 +18,11 @@ from database import MeasureRecord, TargetRecord, WorkloadRecord, open_database
 from measure.rpc import LOCAL_KEY
 from measure.tvmapi import estimate_flops, kernel_hash, make_target, target_json
 from tuner.cli import app
-from tuner.cost_model.xgb import FEATURE_VERSION
 from tuner.cost_model.store import load_warm_model, other_feature_versions
+from tuner.cost_model.xgb import FEATURE_VERSION
 from tuner.space.space import ScheduleSpace
+
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
 
 TARGET = '{"kind": "llvm", "num-cores": 1}'
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from database import MeasureRecord
 from measure.tvmapi import make_target
 from tuner.cost_model.node_prices import node_kernel
 from tuner.search.search import ModelTrainer, SearchConfig, tune_kernel
 from tuner.space.space import ScheduleSpace
+
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
 
 
 class _RecordingSpace(ScheduleSpace):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from database import MeasureRecord, TargetRecord, canonical_json, open_database
 from measure.tvmapi import make_target
 from tuner.cost_model.node_prices import node_kernel
 from tuner.search.search import ModelTrainer, SearchConfig, resume_state, tune_kernel
 from tuner.space.space import ScheduleSpace
+
+pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of the fast tier
 
 
 class _OfferingSpace(ScheduleSpace):
