@@ -163,7 +163,7 @@ def machine_info(command: str) -> dict:
         "cores": os.cpu_count() or 1,
         "python": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command,
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }

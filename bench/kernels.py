@@ -34,7 +34,7 @@ import time
 from measure import MeasureConfig
 from measure.roofline import measure_roofline
 
-from .common import BenchResult, Row, SETTLE_S, bench_parser, median_times, positive_int, ratio_row
+from .common import SETTLE_S, BenchResult, Row, bench_parser, median_times, positive_int, ratio_row
 from .tuning import (
     MatmulData,
     MatmulShape,

@@ -237,9 +237,9 @@ def transfer_metrics(source_db: str, target_db: str) -> dict[str, dict]:
     """
     from database import open_database
     from tuner.cli.model import select_target
-    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE
     from tuner.cost_model.dataset import load_dataset
     from tuner.cost_model.evaluate import evaluate_transfer
+    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE
 
     datasets = []
     for path in (source_db, target_db):

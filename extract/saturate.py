@@ -191,7 +191,7 @@ def saturate(state: ProgramEGraph, limits: SaturationLimits | None = None) -> Sa
     limits = limits or SaturationLimits()
     egraph = state.egraph
     families = limits.families if limits.families is not None else FAMILIES
-    fired = {name: 0 for name in families}
+    fired = dict.fromkeys(families, 0)
     start = time.perf_counter()
     iterations = 0
     reason: StopReason

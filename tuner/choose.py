@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from database import CandidateRecord
-
-from .kernels import Kernel
 from tuner.cost_model.roofline import RooflineCostModel
 from tuner.space.space import ScheduleCandidate, ScheduleSpace
+
+from .kernels import Kernel
 
 MODEL_PICK_SAMPLES = 32
 """Sampled schedules the cost model chooses among for a kernel it has no measurement of."""

@@ -16,9 +16,16 @@ import numpy as np
 import pandas as pd
 
 from tuner.cost_model import trace_features
+from tuner.cost_model.xgb import (
+    FEATURE_VERSION,
+    N_STORE_FEATURES,
+    STORE_AGGREGATES,
+    WORKLOAD_FEATURES,
+    CostModelError,
+    XGBCostModel,
+)
+
 from .tables import AnalysisError, TuningData, require_measurements
-from tuner.cost_model.xgb import (FEATURE_VERSION, N_STORE_FEATURES, STORE_AGGREGATES, WORKLOAD_FEATURES, CostModelError,
-                         XGBCostModel)
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,6 @@ def newest_model_fit(data: TuningData | None, db_url: str | None = None) -> Mode
     """
     from database import open_database
     from measure.tvmapi import make_target
-
     from tuner.cost_model.dataset import load_dataset
 
     ok = require_measurements(data)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import tables as an
 from . import plots
+from . import tables as an
 
 _STYLE = "body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse;font-size:small}" \
          "td,th{border:1px solid #ccc;padding:2px 6px}.missing{color:#a33}"

@@ -63,7 +63,6 @@ def load_training_set(train_db: str, db: str | None, target: str | None, key: st
         holds no successful measurement of the target.
     """
     from database.session import resolve_url
-
     from tuner.cost_model.dataset import load_dataset
 
     if not train_db.strip():
@@ -104,10 +103,10 @@ def train_command(
     With too few measurements nothing is stored and kernels stay priced by the
     analytical roofline model; the output says so.
     """
-    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
     from tuner.cost_model.dataset import load_dataset
-    from tuner.cost_model.store import train_version
     from tuner.cost_model.roofline import MIN_TRAIN_RECORDS, RooflineCostModel
+    from tuner.cost_model.store import train_version
+    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
 
     objective = objective or DEFAULT_OBJECTIVE
     if objective not in OBJECTIVES:
@@ -152,7 +151,14 @@ def eval_command(
 ) -> None:
     """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman, each with its 95% bootstrap interval over workloads; and the measurements themselves (repeat halves)."""
     from tuner.cost_model.dataset import load_dataset, load_repeats
-    from tuner.cost_model.evaluate import CONFIDENCE, MODELS, evaluate, evaluate_transfer, repeat_agreement, unseen_workloads
+    from tuner.cost_model.evaluate import (
+        CONFIDENCE,
+        MODELS,
+        evaluate,
+        evaluate_transfer,
+        repeat_agreement,
+        unseen_workloads,
+    )
 
     chosen = tuple(m.strip() for m in models.split(",")) if models else MODELS
     unknown = [m for m in chosen if m not in MODELS]

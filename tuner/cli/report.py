@@ -15,8 +15,8 @@ def report_command(
     roofline: Annotated[bool, typer.Option("--roofline/--no-roofline", help="Measure this machine's peak FLOP/s and bandwidth for the roofline section.")] = True,
 ) -> None:
     """Write tuning curves, cost-model, database and roofline figures and tables of a tuning database."""
-    from tuner.analysis.tables import AnalysisError
     from tuner.analysis.report import write_report
+    from tuner.analysis.tables import AnalysisError
 
     try:
         report = write_report(db, out, measure_peaks=roofline)

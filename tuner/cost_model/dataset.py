@@ -19,9 +19,9 @@ import tvm
 
 from database import CandidateRecord, MeasureStatus, TrainingRow
 from measure.tvmapi import PrimFunc
+from tuner.space.space import ScheduleSpace
 
 from .xgb import N_FEATURES, valid_rows
-from tuner.space.space import ScheduleSpace
 
 
 @dataclass(frozen=True)

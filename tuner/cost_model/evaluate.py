@@ -47,8 +47,8 @@ from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from .xgb import OBJECTIVES, XGBCostModel, clean_features, labels
 from .dataset import Dataset
+from .xgb import OBJECTIVES, XGBCostModel, clean_features, labels
 
 MAX_LOGO_GROUPS = 12
 #: bootstrap resamples behind each interval, and its confidence level

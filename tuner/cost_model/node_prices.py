@@ -27,8 +27,8 @@ from tvm import relax
 
 from database import WorkloadRecord
 from extract.ops import OPS
-
 from tuner.kernels import Kernel, kernels_of, lower_to_kernels
+
 from .roofline import RooflineCostModel
 
 Shape = tuple[int, ...]

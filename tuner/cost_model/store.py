@@ -69,9 +69,10 @@ def train_version(db, target_hash: str, data, objective: str, seed: int = 0, cro
     ValueError
         Fewer than ``MIN_TRAIN_RECORDS`` rows (the caller falls back to the roofline model).
     """
+    from tuner.search.search import ModelTrainer
+
     from .evaluate import evaluate
     from .roofline import MIN_TRAIN_RECORDS
-    from tuner.search.search import ModelTrainer
 
     if len(data) < MIN_TRAIN_RECORDS:
         raise ValueError(f"only {len(data)} successful measurements on this target, "

@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from database import CandidateRecord, MeasureRecord, MeasureStatus, TrainingRow
-
 from tuner.kernels import Kernel
 from tuner.space.space import ScheduleSpace
 

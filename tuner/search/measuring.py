@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from database import MeasureRecord, MeasureStatus, TargetRecord
 from measure import Builder, Runner, classify_build_error, first_line
-
 from tuner.kernels import Kernel, kernel_reference
 from tuner.space.space import ScheduleCandidate
 

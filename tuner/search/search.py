@@ -34,11 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from database import CandidateRecord, MeasureRecord, MeasureStatus, TrainingRow
-
 from tuner.cost_model.xgb import XGBCostModel, valid_rows
 from tuner.kernels import Kernel
-from tuner.space.space import ScheduleCandidate, ScheduleSpace
 from tuner.space.gemm_seeds import LEADING_SEEDS
+from tuner.space.space import ScheduleCandidate, ScheduleSpace
 
 from .stop import SearchStop
 

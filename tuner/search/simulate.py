@@ -33,12 +33,12 @@ import tvm
 from sklearn.model_selection import GroupKFold
 
 from database import CandidateRecord, MeasureStatus, candidate_latency
-
-from tuner.cost_model.xgb import XGBCostModel
 from tuner.cost_model.dataset import parse_kernel
-from .search import ModelTrainer, pick_batch
-from tuner.space.space import ScheduleSpace
+from tuner.cost_model.xgb import XGBCostModel
 from tuner.space.gemm_seeds import LEADING_SEEDS
+from tuner.space.space import ScheduleSpace
+
+from .search import ModelTrainer, pick_batch
 
 STRATEGIES = ("random", "cold", "warm")
 

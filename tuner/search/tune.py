@@ -21,7 +21,6 @@ from collections.abc import Callable
 
 from database import CandidateRecord, MeasureRecord
 from measure import Builder, LocalRPC, MeasureConfig, Runner, TrackerError, parse_tracker, wait_for_key
-
 from tuner.kernels import Kernel
 from tuner.options import TuneError
 from tuner.progress import Progress, fmt_us

@@ -30,8 +30,8 @@ import tvm
 
 from measure.tvmapi import PrimFunc, Schedule
 
-from .row_seeds import accepted_schedules
 from .gemm_seeds import vector_lanes
+from .row_seeds import accepted_schedules
 
 BLOCKS = ("scores", "logits", "row_max", "shifted", "row_sum", "context", "attention")
 """Blocks every fused attention kernel has, by name (besides its exponentials)."""

@@ -40,12 +40,12 @@ from measure.tvmapi import (
     register_tensor_intrinsics,
     trace_to_json,
 )
+from tuner.cost_model.xgb import N_FEATURES, featurize
 
 from .attention_seeds import attention_seeds
-from tuner.cost_model.xgb import N_FEATURES, featurize
+from .gemm_seeds import gemm_seeds
 from .gemv_seeds import split_k_seeds
 from .row_seeds import row_seeds
-from .gemm_seeds import gemm_seeds
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,18 @@ import pytest
 
 from database import DEFAULT_TRACE_JSON, WorkloadRecord
 from tuner.analysis.cost_model import feature_names
-from tuner.cost_model.xgb import (N_FEATURES, OBJECTIVES, CostModelError, XGBCostModel, featurize, labels,
-                              workload_features)
 from tuner.cost_model.evaluate import pairwise_accuracy, ranking_metrics, spearman, topk_score
-from tuner.search.search import ModelTrainer
 from tuner.cost_model.trace_features import N_TRACE_FEATURES, trace_features
+from tuner.cost_model.xgb import (
+    N_FEATURES,
+    OBJECTIVES,
+    CostModelError,
+    XGBCostModel,
+    featurize,
+    labels,
+    workload_features,
+)
+from tuner.search.search import ModelTrainer
 
 
 def _workload(flops=1e6, nbytes=1e4):

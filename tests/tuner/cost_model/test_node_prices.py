@@ -9,9 +9,9 @@ from extract import load_model
 from extract.egraph import explore
 from extract.lang import node_name, subterms
 from tuner.compile import prepare_weights
-from tuner.kernels import kernels_of, lower_to_kernels
 from tuner.cost_model.node_prices import KernelNodeCost, calibrated_roofline, node_kernel
 from tuner.cost_model.roofline import RooflineCostModel
+from tuner.kernels import kernels_of, lower_to_kernels
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from database import MeasureRecord, TargetRecord, canonical_json, open_database
 from measure.tvmapi import make_target
-from tuner.search.confirm import confirm_leaders
 from tuner.cost_model.node_prices import node_kernel
+from tuner.search.confirm import confirm_leaders
 from tuner.space.space import ScheduleSpace
 
 # Latencies (seconds) the candidates' first measurements gave, and what any later one gives: candidate 0 was

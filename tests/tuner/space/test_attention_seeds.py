@@ -10,8 +10,8 @@ from tvm import te, topi
 from extract.ops.kernels import attention_te
 from measure.tvmapi import apply_trace, make_target
 from tuner.space.attention_seeds import attention_seeds
-from tuner.space.space import ScheduleSpace
 from tuner.space.gemm_seeds import vector_lanes
+from tuner.space.space import ScheduleSpace
 
 TARGET = make_target({"kind": "llvm", "num-cores": 2})
 HEADS, KV_HEADS, ROWS, KEYS = 4, 2, 3, 40

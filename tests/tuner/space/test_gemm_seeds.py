@@ -9,7 +9,6 @@ from tvm import te
 
 from extract.ops.kernels import dense_packed_te
 from measure.tvmapi import apply_trace, make_target, tirx
-from tuner.space.space import ScheduleSpace
 from tuner.space.gemm_seeds import (
     LEADING_SEEDS,
     SKINNY_VECTORS,
@@ -18,6 +17,7 @@ from tuner.space.gemm_seeds import (
     vector_lanes,
     vector_registers,
 )
+from tuner.space.space import ScheduleSpace
 
 TARGET = make_target({"kind": "llvm", "num-cores": 2})
 

@@ -9,9 +9,9 @@ from tvm import te
 
 from extract.ops.kernels import dense_packed_te
 from measure.tvmapi import apply_trace, make_target
+from tuner.space.gemm_seeds import LEADING_SEEDS, vector_lanes
 from tuner.space.gemv_seeds import SPLIT_K_PARTS, split_k_seeds
 from tuner.space.space import ScheduleSpace
-from tuner.space.gemm_seeds import LEADING_SEEDS, vector_lanes
 
 TARGET = make_target({"kind": "llvm", "num-cores": 2})
 

@@ -8,9 +8,9 @@ import tvm
 from tvm import te, topi
 
 from measure.tvmapi import apply_trace, make_target
+from tuner.space.gemm_seeds import vector_lanes
 from tuner.space.row_seeds import row_seeds
 from tuner.space.space import ScheduleSpace
-from tuner.space.gemm_seeds import vector_lanes
 
 TARGET = make_target({"kind": "llvm", "num-cores": 2})
 
