@@ -70,41 +70,27 @@ def test_claims_of_dead_sessions_free_the_budget(seeded):
 def test_concurrent_claimers_never_take_a_workload_past_its_budget(db_url, make):
     """Three threads, each its own session and connection, claim and measure batches of one workload."""
     budget = 5
-    target, workload = make.target(), make.workload()
-    with open_database(db_url) as db:
-        db.add_target(target)
-        db.add_workload(workload)
-        candidates = [make.candidate(workload, i) for i in range(30)]
-        db.add_candidates(candidates)
+    target, workload, candidates = make.shared(db_url, 30)
     by_hash = {c.candidate_hash: c for c in candidates}
     hashes = _hashes(candidates)
     measured: dict[int, list[str]] = {}
-    errors: list[BaseException] = []
     start = threading.Barrier(3)
 
     def tuner(i: int) -> None:
-        try:
-            with open_database(db_url) as own:
-                session = _session(own, f"t{i}")
-                start.wait()
-                mine: list[str] = []
-                for lo in range(0, 30, 2):  # overlapping batches of 3, in a different order per thread
-                    batch = hashes[(lo + 4 * i) % 30:][:3]
-                    held = own.claim_candidates(batch, target.target_hash, session, trials=budget)
-                    own.add_measure_results([make.measure(by_hash[h], target, session_id=session) for h in held])
-                    mine += held
-                    if not held and own.trials_taken(workload.workload_hash, target.target_hash) >= budget:
-                        break
-                measured[i] = mine
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+        with open_database(db_url) as own:
+            session = _session(own, f"t{i}")
+            start.wait()
+            mine: list[str] = []
+            for lo in range(0, 30, 2):  # overlapping batches of 3, in a different order per thread
+                batch = hashes[(lo + 4 * i) % 30:][:3]
+                held = own.claim_candidates(batch, target.target_hash, session, trials=budget)
+                own.add_measure_results([make.measure(by_hash[h], target, session_id=session) for h in held])
+                mine += held
+                if not held and own.trials_taken(workload.workload_hash, target.target_hash) >= budget:
+                    break
+            measured[i] = mine
 
-    threads = [threading.Thread(target=tuner, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    make.in_threads(tuner, 3)
     every = [h for mine in measured.values() for h in mine]
     assert len(every) == len(set(every)) == budget
     with open_database(db_url) as db:
