@@ -376,6 +376,7 @@ class Database:
         session_id: int,
         *,
         ttl_s: float = claims.CLAIM_TTL_S,
+        trials: int | None = None,
     ) -> set[str]:
         """Claim candidates on a target before measuring them (one transaction).
 
@@ -385,6 +386,12 @@ class Database:
         (:func:`database.liveness.stale_after_s`). Claims of dead sessions are
         taken over; this session's own claims are renewed. Recording a result
         with :meth:`add_measure_results` marks its claim measured.
+
+        With ``trials``, a workload's budget on the target is claimed with its
+        candidates: of each workload's candidates, in the order given, at most
+        ``trials`` minus :meth:`trials_taken` are claimed anew (this session's
+        live claims count as taken, and are renewed), under a lock on the
+        workload, so sessions claiming at once never take a workload past ``trials``.
 
         Parameters
         ----------
@@ -396,6 +403,8 @@ class Database:
             The claiming session.
         ttl_s : float
             Seconds after which the claim expires even if the session still beats.
+        trials : int or None
+            Trial measurements per workload on the target (None: no budget).
 
         Returns
         -------
@@ -413,10 +422,25 @@ class Database:
             ids = _require_ids(conn, Candidate.candidate_hash, candidate_hashes, "candidate", "add_candidates")
             target = _require_ids(conn, Target.target_hash, [target_hash], "target", "add_target")
             held = claims.claim(
-                conn, list(ids.values()), target[target_hash], session_id,
-                ttl_s=ttl_s, stale_after_s=stale_after_s(),
+                conn, [ids[h] for h in candidate_hashes], target[target_hash], session_id,
+                ttl_s=ttl_s, stale_after_s=stale_after_s(), budget=trials,
             )
         return {h for h, i in ids.items() if i in held}
+
+    def trials_taken(self, workload_hash: str, target_hash: str) -> int:
+        """How much of a workload's trial budget on a target is taken, by any session.
+
+        The candidates with a trial measurement on the target (re-measurements of
+        leaders are not trials) plus those under a live unmeasured claim (see
+        :meth:`claim_candidates`); 0 for an unknown workload or target. A read:
+        it may be out of date by the time it returns; only the claim is atomic.
+        """
+        with transaction(self._engine, write=False) as conn:
+            workload = queries.ids_by_hash(conn, Workload.workload_hash, [workload_hash]).get(workload_hash)
+            target = queries.ids_by_hash(conn, Target.target_hash, [target_hash]).get(target_hash)
+            if workload is None or target is None:
+                return 0
+            return claims.trials_taken(conn, workload, target, stale_after_s=stale_after_s())
 
     def measured_candidates(self, workload_hash: str, target_hash: str) -> dict[str, MeasureRecord]:
         """The newest trial (any status; re-measurements of leaders left out) per candidate hash, for resuming a search."""

@@ -74,10 +74,14 @@ class Progress:
 
         Counts the unspent trials as done, so the counter reaches its total, and says
         why a search ended early (its schedule space ran dry, or had no schedule at
-        all).  A resumed run that found nothing new to measure for a workload says
+        all, or other sessions on the database took the rest of its budget).  A
+        resumed run that found nothing new to measure for a workload says
         nothing: the run that measured it said why it stopped.
         """
         self._done += max(unspent, 0)
+        if not self.quiet and stop_reason == SearchStop.BUDGET_TAKEN:
+            self.console.print(f"        {workload[:48]:<48} stopped early: other sessions took the rest of its "
+                               "trials", soft_wrap=True)
         if self.quiet or stop_reason != SearchStop.SPACE_EXHAUSTED or (measured_now == 0 and not space_error):
             return
         why = f"no schedule space: {space_error}" if space_error else "every distinct schedule sampled was measured"

@@ -7,6 +7,7 @@ gets its own schema (through ``search_path``), dropped afterwards.
 from __future__ import annotations
 
 import os
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -88,11 +89,43 @@ def measure(
     )
 
 
+def shared(url: str, n: int) -> tuple[TargetRecord, WorkloadRecord, list[CandidateRecord]]:
+    """Add one target, one workload and ``n`` of its candidates to the database at ``url``."""
+    target, workload = make_target(), make_workload()
+    candidates = [make_candidate(workload, i) for i in range(n)]
+    with open_database(url) as db:
+        db.add_target(target)
+        db.add_workload(workload)
+        db.add_candidates(candidates)
+    return target, workload, candidates
+
+
+def in_threads(work, n: int) -> None:
+    """Run ``work(i)`` for i in range(n), each in its own thread, at once; re-raise the first error."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as exc:  # re-raised by the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 @pytest.fixture
 def make():
-    """Record factories: ``make.target()``, ``make.workload()``, ``make.candidate()``, ``make.measure()``."""
+    """Record factories: ``make.target()``, ``make.workload()``, ``make.candidate()``, ``make.measure()``;
+    ``make.shared(url, n)`` seeds a database, ``make.in_threads(work, n)`` runs concurrent workers."""
     return SimpleNamespace(
-        target=make_target, workload=make_workload, candidate=make_candidate, measure=measure
+        target=make_target, workload=make_workload, candidate=make_candidate, measure=measure,
+        shared=shared, in_threads=in_threads,
     )
 
 

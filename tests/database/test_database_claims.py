@@ -88,12 +88,7 @@ def test_unknown_candidate_is_an_error(seeded):
 
 def test_concurrent_claimers_never_share_a_candidate(db_url, make):
     """Six threads, each its own session and connection, claim overlapping halves at once."""
-    target, workload = make.target(), make.workload()
-    with open_database(db_url) as db:
-        db.add_target(target)
-        db.add_workload(workload)
-        candidates = [make.candidate(workload, i) for i in range(40)]
-        db.add_candidates(candidates)
+    target, _, candidates = make.shared(db_url, 40)
     hashes = _hashes(candidates)
     held: dict[int, set[str]] = {}
     start = threading.Barrier(6)
@@ -108,11 +103,7 @@ def test_concurrent_claimers_never_share_a_candidate(db_url, make):
                 mine |= own.claim_candidates(window, target.target_hash, session)
             held[i] = mine
 
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    make.in_threads(claimer, 6)
     assert len(held) == 6
     every = [h for mine in held.values() for h in mine]
     assert len(every) == len(set(every))  # no candidate held twice

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -227,25 +226,16 @@ def test_concurrent_writers(db_url, make):
     """Several connections create the schema and append at once without losing rows."""
     target, workload = make.target(), make.workload()
     candidates = [make.candidate(workload, i) for i in range(4)]
-    errors = []
 
     def worker(i):
-        try:
-            with open_database(db_url) as db:
-                db.add_target(target)
-                db.add_workload(workload)
-                db.add_candidates(candidates)
-                for _ in range(5):
-                    db.add_measure_results([make.measure(candidates[i], target)])
-        except Exception as exc:  # reported below
-            errors.append(exc)
+        with open_database(db_url) as db:
+            db.add_target(target)
+            db.add_workload(workload)
+            db.add_candidates(candidates)
+            for _ in range(5):
+                db.add_measure_results([make.measure(candidates[i], target)])
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    make.in_threads(worker, 4)
     with open_database(db_url) as db:
         assert db.stats()["measure_result"] == 20
         assert db.stats()["candidate"] == 4

@@ -179,6 +179,8 @@ def test_progress_says_why_a_search_stopped_early_only_when_it_measured_somethin
     assert "3f2a1c9d dense" in first and "every distinct schedule sampled was measured" in first
     assert resumed == ""
     assert "no schedule space: no rule applies" in no_space
+    progress.kernel_done("5e0b4d21 dense", "budget_taken", None, 0, 8)  # other runs measure it
+    assert "5e0b4d21 dense" in capsys.readouterr().err
 
 
 def test_prepared_weights_run_once_and_keep_the_outputs():

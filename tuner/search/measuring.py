@@ -1,7 +1,9 @@
 """Measuring one batch of schedule candidates: claim, build in the pool, run on a worker, record.
 
 The batch is claimed in the database first (``Database.claim_candidates``), so
-concurrent tuners on one database never measure a candidate twice on a target.
+concurrent tuners on one database never measure a candidate twice on a target,
+and, with a budget, the claim takes its trials from the workload's budget: no
+workload is measured past it, however many tuners share the database.
 Every candidate this session holds ends as one recorded :class:`database.MeasureRecord`,
 success or failure, in one write. The libraries of a kernel's successful
 candidates are kept until :meth:`BatchMeasurer.release`, so re-measuring its
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from database import MeasureRecord, MeasureStatus, TargetRecord
 from measure import Builder, Runner, classify_build_error, first_line
 from tuner.kernels import Kernel, kernel_reference
+from tuner.search.search import BudgetTaken
 from tuner.space.space import ScheduleCandidate
 
 
@@ -37,12 +40,15 @@ class BatchMeasurer:
     check_stop : callable
         Raises ``KeyboardInterrupt`` when the session was asked to stop; called
         before a batch and after its run, so a batch cut by a signal is not recorded.
+    trials : int or None
+        Trials per workload on the target, whoever measures them (None: no budget).
     """
 
     def __init__(self, db, builder: Builder, runner: Runner, target: TargetRecord, session_id: int,
-                 check_stop: Callable[[], None]) -> None:
+                 check_stop: Callable[[], None], trials: int | None = None) -> None:
         self.db, self.builder, self.runner = db, builder, runner
         self.target, self.session_id, self.check_stop = target, session_id, check_stop
+        self.trials = trials
         self._references: dict[str, object] = {}
         self._kept: dict[str, object] = {}  # candidate hash -> BuildResult of a successful candidate
 
@@ -53,16 +59,25 @@ class BatchMeasurer:
         candidates another live session holds (it is measuring them): this
         session's new measurements, and for candidates measured elsewhere since
         the search read the database, their newest recorded result. So the list
-        may be shorter than the batch, even empty.
+        may be shorter than the batch, even empty. With ``trials``, only what
+        the workload's budget has left is claimed (the batch's first candidates).
+
+        Raises
+        ------
+        tuner.search.search.BudgetTaken
+            Nothing was claimed and the workload's budget is taken (by trials
+            and by live claims of other sessions).
         """
         self.check_stop()
-        wh = kernel.workload.workload_hash
+        wh, th = kernel.workload.workload_hash, self.target.target_hash
         self.db.add_candidates([c.record for c in batch])
-        held = self.db.claim_candidates([c.record.candidate_hash for c in batch], self.target.target_hash,
-                                        self.session_id)
+        held = self.db.claim_candidates([c.record.candidate_hash for c in batch], th, self.session_id,
+                                        trials=self.trials)
+        if not held and self.trials is not None and self.db.trials_taken(wh, th) >= self.trials:
+            raise BudgetTaken(f"{self.trials} trials of workload {wh} are taken")
         elsewhere = {}
         if len(held) < len(batch):
-            elsewhere = self.db.measured_candidates(wh, self.target.target_hash)
+            elsewhere = self.db.measured_candidates(wh, th)
         mine = [c for c in batch if c.record.candidate_hash in held]
         records = {h: r for h, r in elsewhere.items() if h not in held}
         records.update(self._measure_held(kernel, mine) if mine else {})

@@ -139,6 +139,14 @@ class ModelTrainer:
         return self.model.score(X) if self.model.fitted else None
 
 
+class BudgetTaken(Exception):
+    """Raised by a measure function when other sessions hold the rest of the workload's budget.
+
+    Their measurements and live claims take what is left of ``trials`` on the
+    target, so this session may measure nothing more of the workload.
+    """
+
+
 MeasureFn = Callable[[Kernel, list[ScheduleCandidate]], list[MeasureRecord]]
 
 
@@ -177,7 +185,9 @@ def tune_kernel(
     ``measure`` may return records for only part of a batch (candidates another
     live session has claimed are skipped); a skipped candidate leaves the pool
     and is not counted, so the budget counts recorded measurements only and the
-    search ends when the pool runs dry (``SearchStop.SPACE_EXHAUSTED``).
+    search ends when the pool runs dry (``SearchStop.SPACE_EXHAUSTED``). ``measure`` raises
+    :class:`BudgetTaken` when other sessions hold the rest of the budget: the
+    search stops there (``SearchStop.BUDGET_TAKEN``).
     """
     before = len(measured)
     rng = np.random.default_rng(config.seed)
@@ -226,7 +236,11 @@ def tune_kernel(
             break
         chosen = {c.record.candidate_hash for c in batch}
         pool = [c for c in pool if c.record.candidate_hash not in chosen]
-        results = measure(kernel, batch)
+        try:
+            results = measure(kernel, batch)
+        except BudgetTaken:
+            stop = SearchStop.BUDGET_TAKEN
+            break
         for record in results:
             measured[record.candidate_hash] = record
         _learn(trainer, space, kernel, batch, measured)

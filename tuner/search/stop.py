@@ -23,5 +23,8 @@ class SearchStop(StrEnum):
     SPACE_EXHAUSTED = "space_exhausted"
     #: Earlier runs already measured the workload's trials: nothing was measured.
     ALREADY_TUNED = "already_tuned"
+    #: Other sessions hold the rest of the workload's trials (claims or measurements): it
+    #: stopped short of its budget, which they spend.
+    BUDGET_TAKEN = "budget_taken"
     #: The run asked for no trials (``trials == 0``): nothing was measured.
     NO_BUDGET = "no_budget"

@@ -30,6 +30,7 @@ from tuner.target import ResolvedTarget
 from .confirm import confirm_leaders
 from .measuring import BatchMeasurer
 from .search import KernelOutcome, ModelTrainer, SearchConfig, resume_state, tune_kernel
+from .stop import SearchStop
 
 #: ``on_measured(kernel, candidates, records)``: a batch just measured, in the order it was measured
 OnMeasured = Callable[[Kernel, list[ScheduleCandidate], list[MeasureRecord]], None]
@@ -119,7 +120,7 @@ class Tuner:
         db.add_target(self.target.record)
         self.db = db
         self.measurer = BatchMeasurer(db, self.builder, self.runner, self.target.record, session_id,
-                                      self.check_stop)
+                                      self.check_stop, trials=self.search.trials)
         return self
 
     def tune(self, kernels: dict[str, Kernel], spaces: dict[str, ScheduleSpace], trainer: ModelTrainer,
@@ -129,7 +130,9 @@ class Tuner:
         Kernels go largest first (by FLOPs). Each is searched (:func:`tune_kernel`),
         then its leaders are measured again (``search.confirm_top``; none when 0 or
         with no trials). The budget counts every measurement of the workload on the
-        target in the database, so a resumed run measures only what is missing.
+        target in the database, so a resumed run measures only what is missing, and
+        is claimed with the candidates, so runs sharing the database measure at most
+        ``search.trials`` of a workload between them.
 
         ``on_measured`` sees every batch as measured; ``keep_builds`` keeps the built
         libraries of the last kernel for re-measurement (``self.measurer.remeasure``)
@@ -188,7 +191,8 @@ class Tuner:
         finally:
             if not keep_builds:
                 self.measurer.release()
-        if trials and measured and db.best(wh, th) is None:
+        # with the budget taken by others, their measurements may still be coming: no verdict
+        if trials and measured and outcome.stop_reason != SearchStop.BUDGET_TAKEN and db.best(wh, th) is None:
             failures = Counter((m.status, m.error) for m in measured.values())
             (status, error), _ = failures.most_common(1)[0]
             raise TuneError(f"every candidate of workload {kernel.name} ({wh}) failed: {status}: {error}")
