@@ -100,15 +100,23 @@ def test_unknown_key_is_one_line(tracker_and_worker, tmp_path):
 def test_sigterm_stops_worker_and_tracker_cleanly():
     port = free_port()
     tracker = subprocess.Popen([sys.executable, "-m", "tuner", "tracker", "--port", str(port)])
-    deadline = time.monotonic() + 60
-    while tune("workers", "--tracker", f"127.0.0.1:{port}", "--json").returncode != 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-    worker = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--tracker", f"127.0.0.1:{port}", "--key", "k"])
-    while not any(s["key"].endswith(":k") for s in workers_json(port)["server_info"]):
-        assert time.monotonic() < deadline, "worker did not register"
-        time.sleep(0.5)
-    for proc in (worker, tracker):
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+    worker = None
+    try:
+        deadline = time.monotonic() + 120  # each `tune` process imports TVM: seconds apiece on a loaded machine
+        while tune("workers", "--tracker", f"127.0.0.1:{port}", "--json").returncode != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        worker = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--tracker", f"127.0.0.1:{port}",
+                                   "--key", "k"])
+        while not any(s["key"].endswith(":k") for s in workers_json(port)["server_info"]):
+            assert time.monotonic() < deadline, "worker did not register"
+            time.sleep(0.5)
+        for proc in (worker, tracker):
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+    finally:
+        for proc in (worker, tracker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert tune("workers", "--tracker", f"127.0.0.1:{port}").returncode != 0, "the tracker's port is closed"
