@@ -210,9 +210,7 @@ class TuneRun:
         o = self.opts
         target_rec = target.record
         db.add_target(target_rec)
-        args = asdict(o)
-        if args["db"]:
-            args["db"] = display_url(args["db"])  # never store a password in the database
+        args = session_arguments(o)
         stale = db.mark_stale_sessions_interrupted(stale_after_s())
         if stale:
             self.progress.note(f"{stale} silent session(s) marked interrupted; their claims may be taken over")
@@ -459,6 +457,14 @@ class TuneRun:
         timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
         return timed, latency, paths[fastest], errors[fastest]
+
+
+def session_arguments(options: RunOptions) -> dict:
+    """The run's options as stored with its session: plain JSON values, the database URL's credentials masked."""
+    args = asdict(options)
+    if args["db"]:
+        args["db"] = display_url(args["db"])  # never store a password in the database
+    return args
 
 
 def _graph_hash(model_hash: str, term_text: str) -> str:
