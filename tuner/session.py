@@ -119,10 +119,34 @@ class RunSummary:
 
 #: what ``tune run`` says on a first SIGINT or SIGTERM, by phase
 _STOP_NOTES = {
-    "prepare": "stopping after the step in progress (nothing is measured yet); every recorded result is kept",
-    "tune": "stopping: the batch in flight is dropped, every recorded result is kept",
+    "prepare": "stopping after the step in progress (nothing is measured yet)",
+    "tune": "stopping: the batch in flight is dropped; what was recorded before it is kept",
     "finish": "tuning is done: the final compile and timing run to the end (a second signal stops at once)",
 }
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A stopped run; its message says what the session kept and released (see :func:`stop_summary`)."""
+
+
+def stop_summary(trials: int, confirms: int, released: int) -> str:
+    """What an interrupted session leaves behind, in words.
+
+    ``trials`` and ``confirms`` count the measurements it recorded (failures
+    included) and its re-measurements of leaders; ``released`` the claims on
+    candidates it did not measure, which other runs may now take.
+    """
+    def count(n: int, word: str) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    if trials or confirms:
+        kept = f"{count(trials, 'trial')} measured and kept in this session (failures included)"
+        if confirms:
+            kept += f", {count(confirms, 're-measurement')} of leaders"
+    else:
+        kept = "nothing was measured in this session"
+    freed = f"{count(released, 'claim')} released for other runs" if released else "no claim left to release"
+    return f"{kept}; {freed}"
 
 
 class TuneRun:
@@ -220,8 +244,9 @@ class TuneRun:
             with Heartbeat(db, session_id):
                 summary = self._tune(db, model, target, target_rec, session_id)
         except KeyboardInterrupt:
-            db.finish_session(session_id, "interrupted")
-            raise
+            released = db.finish_session(session_id, "interrupted")
+            raise RunInterrupted(stop_summary(db.session_trials(session_id),
+                                              db.session_trials(session_id, confirm=True), released)) from None
         except BaseException:
             db.finish_session(session_id, "failed")
             raise
