@@ -26,6 +26,7 @@ from database import (
 )
 from database.session import display_url
 from extract import check_model, import_model
+from extract.config import dtype_note
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
 from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
@@ -217,6 +218,8 @@ class TuneRun:
             wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
         # the cheap model checks, then the database, before the model import (minutes for a large model)
         source = check_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers)
+        if source.config and (note := dtype_note(source.config)):
+            self.progress.note(note)
         try:
             db = open_database(o.db)
         except DatabaseError as exc:  # name the option, as the reading commands do

@@ -42,3 +42,12 @@ def test_an_interrupted_run_says_its_counts_on_one_line(monkeypatch, capsys):
     assert lines == ["interrupted: 5 trials measured and kept in this session (failures included); "
                      "3 claims released for other runs"]
     assert "every result recorded" not in " ".join(lines)
+
+
+def test_a_config_dtype_other_than_float32_is_noted():
+    from extract.config import dtype_note
+    from extract.frontend import check_model
+
+    note = dtype_note(check_model("qwen3-0.6b").config)  # its config.json says bfloat16
+    assert note and "bfloat16" in note and "float32" in note
+    assert dtype_note({"torch_dtype": "float32"}) is None and dtype_note({}) is None
