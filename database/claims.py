@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import and_, case, literal, or_, select, union, update
+from sqlalchemy import and_, case, func, literal, or_, select, union, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
@@ -130,6 +130,15 @@ def claim(
             )
         )
     return held
+
+
+def open_claims(conn: Connection, session_id: int) -> int:
+    """How many claims ``session_id`` holds on candidates it has not measured (any target)."""
+    return conn.scalar(
+        select(func.count()).select_from(CandidateClaim).where(
+            CandidateClaim.session_id == session_id, CandidateClaim.measured_at.is_(None)
+        )
+    )
 
 
 def mark_measured(conn: Connection, pairs: set[tuple[int, int]]) -> None:

@@ -68,14 +68,46 @@ def resolve_url(url: str | None = None) -> URL:
     return parsed
 
 
+# Query parameters whose values are credentials: libpq's ``password`` and ``sslpassword``
+# (the key file's passphrase), and any other driver's parameter whose name says it holds one.
+# Paths to credentials (``passfile``, ``sslkey``) are shown: they are not secrets themselves.
+_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
+_MASK = "***"
+
+
+def is_secret_parameter(name: str) -> bool:
+    """Whether a URL query parameter named ``name`` carries a credential (its value is never shown)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def secret_values(url: URL) -> list[str]:
+    """The credentials a URL carries: its password and the values of its secret query parameters."""
+    values = [str(url.password)] if url.password else []
+    for name, value in url.query.items():
+        if is_secret_parameter(name):
+            values.extend(v for v in ((value,) if isinstance(value, str) else value) if v)
+    return values
+
+
 def display_url(url: URL | str) -> str:
-    """The URL as text with its password replaced by ``***``."""
+    """The URL as text with its password and secret query parameters replaced by ``***``."""
     if isinstance(url, str):
         try:
             url = make_url(url)
         except sa_exc.ArgumentError:
             return "<malformed URL>"
-    return url.render_as_string(hide_password=True)
+    masked = {name: _MASK for name in url.query if is_secret_parameter(name)}
+    text = url.update_query_dict(masked).render_as_string(hide_password=True)
+    quoted = urllib.parse.quote_plus(_MASK)  # the query renders "***" quoted
+    return text.replace(f"={quoted}", f"={_MASK}")
+
+
+def hide_secrets(text: str, url: URL) -> str:
+    """``text`` with every credential of ``url`` (see :func:`secret_values`) replaced by ``***``."""
+    for value in sorted(secret_values(url), key=len, reverse=True):
+        text = text.replace(value, _MASK)
+    return text
 
 
 def create_engine_for(url: URL) -> Engine:
@@ -189,8 +221,7 @@ def translate_error(exc: BaseException, url: URL) -> DatabaseError:
     orig = getattr(exc, "orig", None)
     reason = str(orig if orig is not None else exc)
     reason = re.sub(r"\s+", " ", reason).strip()
-    if url.password:
-        reason = reason.replace(str(url.password), "***")
+    reason = hide_secrets(reason, url)
     hint = _hint(reason)
     message = f"database {display_url(url)}: {reason}"
     return DatabaseError(f"{message} ({hint})" if hint else message)

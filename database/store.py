@@ -159,14 +159,18 @@ class Database:
         """Stamp a session as alive now (database time)."""
         self._update_session(session_id, heartbeat_at=utcnow())
 
-    def finish_session(self, session_id: int, status: SessionStatus = SessionStatus.FINISHED) -> None:
+    def finish_session(self, session_id: int, status: SessionStatus = SessionStatus.FINISHED) -> int:
         """End a session with ``status``: ``finished``, ``interrupted`` or ``failed``.
 
         Its string is accepted too. ``ValueError`` for any other status (``running`` included).
+        Returns how many of its claims it released: candidates it claimed and did not
+        measure, which any other session may now take.
         """
         if status not in END_STATUSES:
             raise ValueError(f"session status must be one of {tuple(map(str, END_STATUSES))}, not {status!r}")
         self._update_session(session_id, status=status, ended_at=utcnow(), heartbeat_at=utcnow())
+        with transaction(self._engine, write=False) as conn:
+            return claims.open_claims(conn, session_id)
 
     def _update_session(self, session_id: int, **values) -> None:
         with transaction(self._engine) as conn:

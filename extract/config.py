@@ -84,3 +84,16 @@ def stage_tokens(stage: str, seq_len: int, kv_len: int) -> tuple[int, int]:
     ``(1, kv_len)``.  Each query attends over ``past + new`` keys.
     """
     return {"prefill": (seq_len, 0), "prefill-kv": (seq_len, kv_len), "decode": (1, kv_len)}[stage]
+
+
+def dtype_note(data: dict) -> str | None:
+    """A note when the config asks for weights in a dtype other than float32, else None.
+
+    The layers are built and tuned in float32 whatever ``torch_dtype`` (or ``dtype``)
+    says, until low-bit weights are supported.
+    """
+    dtype = data.get("torch_dtype") or data.get("dtype")
+    if dtype in (None, "float32"):
+        return None
+    return (f"the config's torch_dtype {dtype} is not used: layers are tuned in float32 "
+            "until low-bit weights are supported")

@@ -32,6 +32,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import types
 from typing import Any
@@ -167,10 +168,40 @@ def make_target(spec: str | dict) -> tvm.target.Target:
         raise ValueError(f"target must be a JSON object with a \"kind\", got {json.dumps(spec)}")
     if spec["kind"] == "llvm" and "num-cores" not in spec:
         spec = dict(spec, **{"num-cores": os.cpu_count() or 1})  # MetaSchedule's CPU rules need it
+    for part in (spec, spec.get("host")):
+        if isinstance(part, dict):
+            _check_cpu_target(part)
     try:
         return tvm.target.Target(spec)
     except Exception as err:  # TVM raises several error types for a bad target
-        raise ValueError(f"invalid target {json.dumps(spec)}: {str(err).splitlines()[-1]}") from None
+        reason = str(err).splitlines()[-1]
+        unknown = re.match(r"Unknown config option '([^']+)'\. Known options: ([^.]*)\.", reason)
+        if unknown:
+            key = unknown.group(1)
+            raise ValueError(f"unknown target key {key!r} (value {json.dumps(_find_key(spec, key))}) for kind "
+                             f"{spec['kind']!r}; known keys: {unknown.group(2)}") from None
+        raise ValueError(f"invalid target {json.dumps(spec)}: {reason}") from None
+
+
+def _check_cpu_target(spec: dict) -> None:
+    """Refuse what TVM accepts and LLVM or MetaSchedule would only trip on later: non-positive
+    ``num-cores``, an ``mcpu`` LLVM does not know for the target's triple (TVM would build for
+    a generic CPU and the records would be filed under a target that does not exist)."""
+    if "num-cores" in spec:
+        cores = spec["num-cores"]
+        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+            raise ValueError(f"target key 'num-cores' must be a positive integer, got {json.dumps(cores)}")
+    if spec.get("kind") == "llvm" and "mcpu" in spec:
+        cpu, triple = spec["mcpu"], spec.get("mtriple") or str(tvm.target.codegen.llvm_get_system_triple())
+        if not isinstance(cpu, str) or not tvm.target.codegen.llvm_is_valid_cpu(cpu, str(triple)):
+            raise ValueError(f"target key 'mcpu': LLVM knows no CPU {json.dumps(cpu)} for triple {triple} "
+                             f"(this machine's is {host_cpu()!r})")
+
+
+def _find_key(spec: dict, key: str):
+    """The value of ``key`` in a target spec or its host's, for an error message."""
+    host = spec.get("host")
+    return spec.get(key, host.get(key) if isinstance(host, dict) else None)
 
 
 def target_json(target: tvm.target.Target) -> str:

@@ -27,6 +27,7 @@ from database import (
 )
 from database.session import display_url
 from extract import check_model, import_model
+from extract.config import dtype_note
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
 from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
@@ -120,10 +121,34 @@ class RunSummary:
 
 #: what ``tune run`` says on a first SIGINT or SIGTERM, by phase
 _STOP_NOTES = {
-    "prepare": "stopping after the step in progress (nothing is measured yet); every recorded result is kept",
-    "tune": "stopping: the batch in flight is dropped, every recorded result is kept",
+    "prepare": "stopping after the step in progress (nothing is measured yet)",
+    "tune": "stopping: the batch in flight is dropped; what was recorded before it is kept",
     "finish": "tuning is done: the final compile and timing run to the end (a second signal stops at once)",
 }
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A stopped run; its message says what the session kept and released (see :func:`stop_summary`)."""
+
+
+def stop_summary(trials: int, confirms: int, released: int) -> str:
+    """What an interrupted session leaves behind, in words.
+
+    ``trials`` and ``confirms`` count the measurements it recorded (failures
+    included) and its re-measurements of leaders; ``released`` the claims on
+    candidates it did not measure, which other runs may now take.
+    """
+    def count(n: int, word: str) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    if trials or confirms:
+        kept = f"{count(trials, 'trial')} measured and kept in this session (failures included)"
+        if confirms:
+            kept += f", {count(confirms, 're-measurement')} of leaders"
+    else:
+        kept = "nothing was measured in this session"
+    freed = f"{count(released, 'claim')} released for other runs" if released else "no claim left to release"
+    return f"{kept}; {freed}"
 
 
 class TuneRun:
@@ -194,6 +219,8 @@ class TuneRun:
             wait_for_key(parse_tracker(o.tracker), o.key or LOCAL_KEY, timeout_s=o.timeout_s)
         # the cheap model checks, then the database, before the model import (minutes for a large model)
         source = check_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers)
+        if source.config and (note := dtype_note(source.config)):
+            self.progress.note(note)
         try:
             db = open_database(o.db)
         except DatabaseError as exc:  # name the option, as the reading commands do
@@ -211,9 +238,7 @@ class TuneRun:
         o = self.opts
         target_rec = target.record
         db.add_target(target_rec)
-        args = asdict(o)
-        if args["db"]:
-            args["db"] = display_url(args["db"])  # never store a password in the database
+        args = session_arguments(o)
         stale = db.mark_stale_sessions_interrupted(stale_after_s())
         if stale:
             self.progress.note(f"{stale} silent session(s) marked interrupted; their claims may be taken over")
@@ -223,8 +248,9 @@ class TuneRun:
             with Heartbeat(db, session_id):
                 summary = self._tune(db, model, target, target_rec, session_id)
         except KeyboardInterrupt:
-            db.finish_session(session_id, SessionStatus.INTERRUPTED)
-            raise
+            released = db.finish_session(session_id, SessionStatus.INTERRUPTED)
+            raise RunInterrupted(stop_summary(db.session_trials(session_id),
+                                              db.session_trials(session_id, confirm=True), released)) from None
         except BaseException:
             db.finish_session(session_id, SessionStatus.FAILED)
             raise
@@ -460,6 +486,14 @@ class TuneRun:
         timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
         return timed, latency, paths[fastest], errors[fastest]
+
+
+def session_arguments(options: RunOptions) -> dict:
+    """The run's options as stored with its session: plain JSON values, the database URL's credentials masked."""
+    args = asdict(options)
+    if args["db"]:
+        args["db"] = display_url(args["db"])  # never store a password in the database
+    return args
 
 
 def _graph_hash(model_hash: str, term_text: str) -> str:

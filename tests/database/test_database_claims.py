@@ -43,7 +43,7 @@ def test_measured_candidates_are_never_claimed_again(seeded, make):
     db.claim_candidates(_hashes(candidates[:2]), target.target_hash, a)
     db.add_measure_results([make.measure(candidates[0], target, session_id=a)])
     db.add_measure_results([make.measure(candidates[3], target, status="build_error")])  # e.g. imported
-    db.finish_session(a, "finished")
+    assert db.finish_session(a, "finished") == 1  # the claim a did not measure is released
     # a's unmeasured claim is free now that a has ended; the measured ones stay taken
     assert db.claim_candidates(_hashes(candidates), target.target_hash, b) == set(_hashes(candidates[1:3]))
     assert db.claim_candidates(_hashes(candidates[:1]), target.target_hash, a) == set()
@@ -53,7 +53,7 @@ def test_claims_of_an_ended_session_are_taken_over(seeded):
     db, target, _, candidates = seeded
     a, b = _session(db, "a"), _session(db, "b")
     db.claim_candidates(_hashes(candidates), target.target_hash, a)
-    db.finish_session(a, "interrupted")
+    assert db.finish_session(a, "interrupted") == 4
     assert db.claim_candidates(_hashes(candidates), target.target_hash, b) == set(_hashes(candidates))
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from database import GraphCandidateRecord
+from database import GraphCandidateRecord, open_database
 from tuner.cli import app
 
 runner = CliRunner()
@@ -81,3 +83,16 @@ def test_best_needs_a_selection_and_a_match(db_url, db, make):
     result = tune_db("best", "--db", db_url, "--model", "no-such-model")
     assert result.exit_code == 1
     assert "no workload matches --model no-such-model" in result.output
+
+
+def test_credentials_in_the_query_string_are_never_printed(db_url, db):
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite takes no password")
+    url = make_url(db_url).update_query_dict({"password": "SECRETPW"}).render_as_string(hide_password=False)
+    for args in (("stats",), ("stats", "--json"), ("upgrade",)):
+        result = tune_db(*args, "--db", url)
+        assert result.exit_code == 0, result.output
+        assert "SECRETPW" not in result.output
+        assert args[0] == "upgrade" or "password=***" in result.output
+    with open_database(url) as database:  # the line `tune run` prints
+        assert "SECRETPW" not in database.url_display

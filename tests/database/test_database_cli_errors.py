@@ -118,3 +118,20 @@ def test_export_into_a_file_is_one_line(monkeypatch, capsys, tmp_path):
     assert_one_line(*tune_db(monkeypatch, capsys, "export", str(a_file), "--db", db),
                     "cannot write a MetaSchedule database in")
     assert a_file.read_text() == "x"
+
+
+@pytest.mark.parametrize("command", ["stats", "upgrade"])
+def test_unreachable_server_hides_a_query_string_password(monkeypatch, capsys, command):
+    url = "postgresql+psycopg://u@127.0.0.1:1/x?password=SECRETPW&sslpassword=KEYPW&connect_timeout=2"
+    code, err = tune_db(monkeypatch, capsys, command, "--db", url)
+    assert_one_line(code, err, "password=***", "sslpassword=***")
+    assert "SECRETPW" not in err and "KEYPW" not in err
+
+
+@pytest.mark.parametrize("command", ["stats", "upgrade"])
+def test_errors_name_the_option(monkeypatch, capsys, tmp_path, command):
+    path = tmp_path / "notes.db"
+    path.write_text("these are notes, not a database\n" * 20)
+    code, err = tune_db(monkeypatch, capsys, command, "--db", f"sqlite:///{path}")
+    assert_one_line(code, err, "not a database")
+    assert err.startswith("error: --db: "), err

@@ -91,3 +91,16 @@ def test_read_only_directory(tmp_path):
         assert "unable to open database file" in _error(f"sqlite:///{locked / 'tune.db'}")
     finally:
         locked.chmod(0o700)
+
+
+def test_display_url_hides_credentials_in_the_query_string():
+    shown = display_url("postgresql+psycopg://u@h/db?password=SECRETPW&sslpassword=KEYPW&application_name=tune")
+    assert "SECRETPW" not in shown and "KEYPW" not in shown
+    assert "password=***" in shown and "sslpassword=***" in shown and "application_name=tune" in shown
+    assert display_url("postgresql+psycopg://u@h/db?passfile=/home/u/.pgpass").endswith("passfile=%2Fhome%2Fu%2F.pgpass")
+
+
+def test_query_string_password_never_in_error_text():
+    message = _error("postgresql+psycopg://u@127.0.0.1:1/x?password=SECRETPW&connect_timeout=2")
+    assert "SECRETPW" not in message
+    assert "password=***" in message

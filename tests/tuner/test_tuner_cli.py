@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -142,3 +143,33 @@ def test_bad_options_are_refused_before_tvm_and_torch_load():
             "print(sorted(m for m in ('tvm', 'torch', 'transformers', 'database') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.splitlines() == ["--trials must be non-negative (0 measures nothing), got -1", "[]"]
+
+
+@pytest.mark.parametrize(
+    "target, needles",
+    [
+        ('{"kind": "llvm", "mcpu": "nosuchcpu"}', ["'mcpu'", "nosuchcpu"]),
+        ('{"kind": "llvm", "num-cores": 0}', ["'num-cores'", "got 0"]),
+        ('{"kind": "llvm", "num-cores": -2}', ["'num-cores'", "got -2"]),
+        ('{"kind": "llvm", "cores": 2}', ["'cores'", "value 2"]),
+    ],
+    ids=["unknown-mcpu", "zero-cores", "negative-cores", "unknown-key"],
+)
+def test_an_invalid_target_is_refused_before_anything_is_opened(tmp_path, target, needles):
+    started = time.monotonic()
+    proc = tune("run", "qwen3-tiny", "-q", "--target", target, "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, *needles)
+    assert time.monotonic() - started < 60  # the TVM import alone; no model import, no measurement
+    assert not (tmp_path / "t.db").exists()
+    assert "nosuchcpu" not in proc.stdout
+
+
+def test_model_eval_refuses_an_invalid_target(tmp_path):
+    from database import open_database
+
+    open_database(f"sqlite:///{tmp_path}/t.db").close()
+    for target, needle in (('{"kind": "llvm", "mcpu": "nosuchcpu"}', "nosuchcpu"),
+                           ('{"kind": "llvm", "num-cores": 0}', "'num-cores'")):
+        proc = tune("model", "eval", "--target", target, "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+        assert_one_line_error(proc, needle)
+        assert "no measurements" not in proc.stderr

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from .db import db_app
 from .errors import main_guard
+from .help import CONTEXT_SETTINGS, print_version, show_no_type_for_flags
 from .model import model_app
 from .report import report_command
 from .rpc import tracker_command, worker_command, workers_command
 from .run import run_command
 from .simulate import simulate_command
 
+show_no_type_for_flags()
 # Local variables in a traceback would print database passwords.
 app = typer.Typer(
     name="tune",
@@ -19,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     no_args_is_help=True,
     add_completion=False,
+    context_settings=CONTEXT_SETTINGS,
 )
 app.command("run")(run_command)
 app.command("report")(report_command)
@@ -31,7 +36,10 @@ app.add_typer(model_app, name="model")
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", is_eager=True,
+                                          callback=print_version)] = False,
+) -> None:
     """Tune LLM tensor programs with an e-graph, TVM schedules and a learned cost model."""
 
 

@@ -17,9 +17,12 @@ db_app = typer.Typer(help="Migrate and inspect the tuning database.", pretty_exc
 @db_app.command("upgrade")
 def upgrade_command(db: DbOption = None) -> None:
     """Bring the database to the current schema (the only command that migrates)."""
-    from database import upgrade
+    from database import DatabaseError, upgrade
 
-    revision = upgrade(db)
+    try:
+        revision = upgrade(db)
+    except DatabaseError as exc:  # name the option, as the other commands do
+        raise ValueError(f"--db: {exc}") from None
     typer.echo(f"database schema at revision {revision}")
 
 

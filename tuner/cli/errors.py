@@ -24,6 +24,10 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     return (*found, ValueError)
 
 
+class Interrupted(Exception):
+    """A command stopped by a signal; its message says what the stopped work kept (exit 130)."""
+
+
 def fail(message: str, code: int = 1) -> None:
     """Print ``error: message`` (first line only) and exit with ``code``."""
     line = str(message).strip().splitlines()[0] if str(message).strip() else "unknown error"
@@ -37,15 +41,17 @@ def main_guard(app: typer.Typer) -> None:
     try:
         code = app(standalone_mode=False)  # returns the exit code of typer.Exit
         if code == 130:  # typer's word for a KeyboardInterrupt
-            _interrupted()
+            _interrupted("")
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except KeyboardInterrupt:
-        _interrupted()
+        _interrupted("")
+    except Interrupted as err:
+        _interrupted(str(err))
     except Exception as err:  # noqa: BLE001 - the last line of defence
         if type(err).__name__ == "Abort":  # typer turns KeyboardInterrupt into Abort
-            _interrupted()
+            _interrupted("")
         if os.environ.get("TUNE_DEBUG"):
             raise
         if hasattr(err, "show") and hasattr(err, "exit_code"):  # typer's usage errors
@@ -58,8 +64,9 @@ def main_guard(app: typer.Typer) -> None:
         sys.exit(2)
 
 
-def _interrupted() -> None:
-    typer.echo("interrupted: every result recorded so far is kept", err=True)
+def _interrupted(kept: str) -> None:
+    """Exit 130 saying ``interrupted``, and what was kept where the stopped command says (``tune run`` does)."""
+    typer.echo(f"interrupted: {kept}" if kept else "interrupted", err=True)
     sys.exit(130)
 
 

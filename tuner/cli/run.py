@@ -58,9 +58,14 @@ def run_command(
 
     from tuner.progress import Progress
     from tuner.report import print_summary
-    from tuner.session import TuneRun
+    from tuner.session import RunInterrupted, TuneRun
 
-    summary = TuneRun(options, Progress(quiet=quiet)).run()
+    from .errors import Interrupted
+
+    try:
+        summary = TuneRun(options, Progress(quiet=quiet)).run()
+    except RunInterrupted as stopped:  # typer would turn it into a bare exit code
+        raise Interrupted(str(stopped)) from None
     if as_json:
         sys.stdout.write(json.dumps(summary.as_json()) + "\n")
     elif not quiet:
