@@ -419,7 +419,8 @@ class Database:
         return {h for h, i in ids.items() if i in held}
 
     def measured_candidates(self, workload_hash: str, target_hash: str) -> dict[str, MeasureRecord]:
-        """The newest trial (any status; re-measurements of leaders left out) per candidate hash, for resuming a search."""
+        """The newest trial (any status; re-measurements of leaders left out) per candidate hash, for resuming a
+        search."""
         with transaction(self._engine, write=False) as conn:
             return queries.measured_candidates(conn, workload_hash, target_hash)
 
