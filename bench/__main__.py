@@ -1,4 +1,5 @@
-"""``python -m bench [--quick [--full NAME ...]] [--args NAME=ARGS ...] [--only NAME ...] [--out DIR]``: run every benchmark, write BENCHMARKS.md.
+"""``python -m bench [--quick [--full NAME ...]] [--args NAME=ARGS ...] [--only NAME ...] [--out DIR]``: run every
+benchmark, write BENCHMARKS.md.
 
 Each benchmark runs in its own subprocess (``python -m bench.<module> [--quick]
 --json``), so one that crashes, hangs past its time limit or is missing is
@@ -49,7 +50,8 @@ BENCHMARKS = [
     ("layer", "bench.layer", "End to end: the Qwen3-0.6B layer per stage against PyTorch eager and MetaSchedule"),
     ("cost_model", None, "Cost model: held-out-workload ranking metrics against TenSet's published XGBoost"),
     ("later_compile", "bench.later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"),
-    ("extraction", "bench.extraction", "E-graph extraction of a whole 28-layer Qwen3-0.6B, identical layers deduplicated"),
+    ("extraction", "bench.extraction",
+     "E-graph extraction of a whole 28-layer Qwen3-0.6B, identical layers deduplicated"),
     ("service", "bench.service", "Service: measurements per minute with 1 and 2 workers, overhead"),
     ("database", "bench.database", "Database: query times at 1M measure records"),
 ]
@@ -126,7 +128,7 @@ def _refused(module: str, argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen benchmarks and write BENCHMARKS.md and its plots under ``--out``."""
     names = [b[0] for b in BENCHMARKS]
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few trials: a smoke run")
     parser.add_argument("--full", nargs="+", choices=names, metavar="NAME", default=[],
                         help="with --quick, run these benchmarks at their full sizes")

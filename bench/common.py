@@ -107,7 +107,8 @@ class BenchResult:
 
 def ratio_row(what: str, ours: float | None, anchor: float | None, anchor_name: str, goal_ratio: float,
               goal: str, higher_is_better: bool = True) -> Row:
-    """A row whose ratio is ``ours / anchor`` (``anchor / ours`` when lower is better) and goal ``ratio >= goal_ratio``."""
+    """A row whose ratio is ``ours / anchor`` (``anchor / ours`` when lower is better) and goal
+    ``ratio >= goal_ratio``."""
     if ours is None or anchor is None or ours <= 0 or anchor <= 0:
         return Row(what, ours, anchor, anchor_name, None, goal, None)
     ratio = ours / anchor if higher_is_better else anchor / ours

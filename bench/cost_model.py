@@ -60,7 +60,8 @@ def run(work_dir: str, quick: bool = False, title: str = "Cost model", timeout_s
     intervals = ours.get("interval") or {}
     bounds = "; ".join(f"{m} {_bounds(intervals.get(m))}" for m in GOALS)
     others = "; ".join(f"{m}: top-1 {r.get('top1', float('nan')):.3f}, pairwise "
-                       f"{(r.get('pairwise') or float('nan')):.3f}" for m, r in data["models"].items() if m != ours_name)
+                       f"{(r.get('pairwise') or float('nan')):.3f}"
+                       for m, r in data["models"].items() if m != ours_name)
     notes = [
         f"{data['records']} measured candidates of {data['workloads']} workloads ({data.get('skipped', 0)} skipped), "
         "whole workloads held out (scikit-learn grouped splits).",

@@ -144,7 +144,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.database [--quick] [--workloads W] [--candidates C] [--repeats R] [--postgres URL] [--json]``."""
+    """``python -m bench.database [--quick] [--workloads W] [--candidates C] [--repeats R] [--postgres URL]
+    [--json]``."""
     args = parse_args(argv)
     workloads = args.workloads or (20 if args.quick else 500)
     candidates = args.candidates or (500 if args.quick else 1000)

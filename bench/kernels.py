@@ -89,7 +89,7 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
             calls["ours"] = tvm_call(compile_trace(kernel, best.trace_json, target), data, packed=True)
         times = median_times(calls, data.variants, REPEAT)
         ours, np_s, torch_s = times.get("ours"), times["numpy"], times["torch"]
-        flops = lambda s: shape.flops / s if s else None  # noqa: E731
+        flops = lambda s, shape=shape: shape.flops / s if s else None  # noqa: E731
         label = f"{shape.label()} ({n} trials)"
         if shape.m > 1:
             rows.append(ratio_row(f"{label}: GFLOP/s vs numpy", _g(flops(ours)), _g(flops(np_s)), "numpy (BLAS)",
@@ -98,7 +98,7 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
             rows.append(Row(f"{label}: GFLOP/s vs PyTorch", _g(flops(ours)), _g(flops(torch_s)), "PyTorch",
                             vs_torch, "(reported, no goal)", None))
         else:
-            bw = lambda s: shape.bytes_moved / s if s else None  # noqa: E731
+            bw = lambda s, shape=shape: shape.bytes_moved / s if s else None  # noqa: E731
             frac = bw(ours) / roof.bandwidth_bytes_per_s if ours else None
             rows.append(Row(f"{label}: GB/s vs bandwidth roofline", _g(bw(ours)), _g(roof.bandwidth_bytes_per_s),
                             "STREAM copy (measured)", frac, f"ours/roofline >= {GEMV_GOAL}",
@@ -111,7 +111,8 @@ def run(quick: bool = False, trials: int | None = None, db_url: str | None = Non
                        "ours": flops(ours), "numpy": flops(np_s), "torch": flops(torch_s)})
     notes = [
         f"Roofline measured in this run: peak {roof.peak_flops_per_s / 1e9:.1f} GFLOP/s (TVM-built FMA "
-        f"microbenchmark, the best of its register-resident shapes), bandwidth {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s (STREAM copy), {roof.cores} threads.",
+        f"microbenchmark, the best of its register-resident shapes), "
+        f"bandwidth {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s (STREAM copy), {roof.cores} threads.",
         f"Times: median of {REPEAT} repeats in one process, ours, numpy and PyTorch taking turns (one repeat "
         f"each, rotating order, {SETTLE_S} s idle before each so the previous library's threads stop spinning), "
         "weights rotated through copies that exceed twice the last-level cache; ours is the best schedule our "

@@ -275,7 +275,8 @@ def _ms(seconds: float | None) -> float | None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.later_compile``'s command line; a bad one exits 2 with argparse's error."""
     parser = bench_parser("later_compile", __doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny shapes, --trials 0 only, no MetaSchedule (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny shapes, --trials 0 only, no MetaSchedule (a smoke run)")
     parser.add_argument("--repeat", type=positive_int, default=10, help="timing repeats (medians)")
     parser.add_argument("--stages", nargs="+", choices=FULL["stages"], help="stages (default: prefill and decode)")
     for name, help_text in (("source", "per workload of the source model"), ("warm", "of the warm run per workload"),

@@ -207,7 +207,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``python -m bench.layer``'s command line; a bad one exits 2 with argparse's error."""
     parser = bench_parser("layer", __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny config, 2 trials: a smoke test")
-    parser.add_argument("--trials", type=positive_int, help=f"measurements per workload for ours (default {FULL_TRIALS})")
+    parser.add_argument("--trials", type=positive_int,
+                        help=f"measurements per workload for ours (default {FULL_TRIALS})")
     parser.add_argument("--model", help="model name (default qwen3-0.6b)")
     parser.add_argument("--seq-len", type=positive_int, help="prompt (chunk) tokens (default 128)")
     parser.add_argument("--kv-len", type=positive_int, help="KV cache tokens (default 512)")

@@ -41,8 +41,10 @@ def render(results: list[BenchResult], machine: dict, plots: dict[str, str]) -> 
     for res in results:
         met = sum(1 for r in res.rows if r.met is True)
         missed = sum(1 for r in res.rows if r.met is False)
-        status = res.status if res.status == "ok" else f"**not run**: {res.reason.splitlines()[0] if res.reason else ''}"
-        out.append(f"| [{res.title}](#{res.name.replace('_', '-')}) | {res.mode or '-'} | {status} | {met} | {missed} |")
+        status = (res.status if res.status == "ok"
+                  else f"**not run**: {res.reason.splitlines()[0] if res.reason else ''}")
+        out.append(f"| [{res.title}](#{res.name.replace('_', '-')}) | {res.mode or '-'} | {status} | {met} "
+                   f"| {missed} |")
     for res in results:
         out += ["", f"<a id=\"{res.name.replace('_', '-')}\"></a>", f"## {res.title}", ""]
         if res.status != "ok":
@@ -90,7 +92,8 @@ def _roofline(plt, data: dict):
     hi = max([p["intensity"] for p in points] + [peak / bw]) * 4
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.loglog(x, np.minimum(peak, bw * x) / 1e9, "k-", label=f"roofline ({peak / 1e9:.0f} GFLOP/s, {bw / 1e9:.0f} GB/s)")
+    ax.loglog(x, np.minimum(peak, bw * x) / 1e9, "k-",
+              label=f"roofline ({peak / 1e9:.0f} GFLOP/s, {bw / 1e9:.0f} GB/s)")
     for who, marker in (("ours", "o"), ("numpy", "s"), ("torch", "^")):
         xs = [p["intensity"] for p in points if p.get(who)]
         ys = [p[who] / 1e9 for p in points if p.get(who)]

@@ -109,7 +109,7 @@ def run(quick: bool = False, db_dir: str | None = None) -> BenchResult:
         kernel, data = matmul_kernel(shape), MatmulData(shape)
         timed: dict[str, float] = {}
 
-        def latency(trace_json: str) -> float:
+        def latency(trace_json: str, timed=timed, kernel=kernel, data=data) -> float:
             if trace_json not in timed:
                 timed[trace_json] = time_tvm(compile_trace(kernel, trace_json, target), data)
             return timed[trace_json]

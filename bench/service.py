@@ -179,10 +179,12 @@ def run(quick: bool = False, n: int = 128, rounds: int | None = None) -> BenchRe
         "the contenders taking turns; medians of the pass times.",
         f"Protocol: correctness check, then time_evaluator repeat={config.repeat}, "
         f"min_repeat_ms={config.min_repeat_ms}, cache flush; no re-measuring (identical work for all three).",
-        "Service times include requesting a worker from the tracker, upload, check and timing; the builds are not timed.",
-        f"Load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} (a shared machine skews every figure).",
+        "Service times include requesting a worker from the tracker, upload, check and timing; "
+        "the builds are not timed.",
+        f"Load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        "(a shared machine skews every figure).",
     ]
-    result.plot = {"kind": "bar", "series": {k: v for k, v in per_min.items()}}
+    result.plot = {"kind": "bar", "series": dict(per_min)}
     return result
 
 

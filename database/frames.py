@@ -37,7 +37,8 @@ TABLES = ("measure_result", "candidate", "workload", "target", "session", "cost_
 
 
 def read_frames(db_url: str | None = None) -> tuple[str, dict[str, pd.DataFrame]]:
-    """Read a tuning database's rows into DataFrames (read only): measurements, sessions, workloads, targets, cost models.
+    """Read a tuning database's rows into DataFrames (read only): measurements, sessions, workloads, targets, cost
+    models.
 
     Parameters
     ----------
@@ -74,7 +75,8 @@ def read_frames(db_url: str | None = None) -> tuple[str, dict[str, pd.DataFrame]
         with transaction(engine, write=False) as conn:
             missing = [t for t in TABLES if not inspect(conn).has_table(t)]
             if missing:
-                raise DatabaseError(f"{shown} is not a tuning database (no table {missing[0]}): run `tune db upgrade --db {shown}`")
+                raise DatabaseError(f"{shown} is not a tuning database (no table {missing[0]}): "
+                                    f"run `tune db upgrade --db {shown}`")
             if "confirm" not in {c["name"] for c in inspect(conn).get_columns("measure_result")}:
                 raise DatabaseError(f"{shown} was made by an older version of tune: run `tune db upgrade --db {shown}`")
             frames = {name: pd.read_sql(query, conn) for name, query in _queries().items()}
@@ -90,7 +92,8 @@ def _read_engine(db_url: str | None) -> tuple[Engine, str]:
     if url.get_backend_name() == "sqlite":
         path = url.database or ""
         if path in ("", ":memory:") or not os.path.isfile(path):
-            raise DatabaseError(f"no database file {path or '(none)'} for {shown}: run `tune run ... --db {shown}` first")
+            raise DatabaseError(f"no database file {path or '(none)'} for {shown}: "
+                                f"run `tune run ... --db {shown}` first")
     return create_engine_for(url), shown
 
 
@@ -100,7 +103,8 @@ def _queries() -> dict[str, Select]:
             MeasureResult.id, MeasureResult.created_at, MeasureResult.status, MeasureResult.median_s,
             MeasureResult.mean_s, MeasureResult.min_s, MeasureResult.stdev_s, MeasureResult.times_s,
             MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id,
-            MeasureResult.confirm, Candidate.candidate_hash, Candidate.trace_json, Workload.workload_hash, Target.target_hash,
+            MeasureResult.confirm, Candidate.candidate_hash, Candidate.trace_json, Workload.workload_hash,
+            Target.target_hash,
         )
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
         .join(Workload, Workload.id == Candidate.workload_id)

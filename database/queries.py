@@ -33,7 +33,7 @@ def ids_by_hash(conn: Connection, hash_column, hashes: Iterable[str]) -> dict[st
     found: dict[str, int] = {}
     for part in chunks(sorted(set(hashes))):
         rows = conn.execute(select(hash_column, id_column).where(hash_column.in_(part)))
-        found.update({h: i for h, i in rows})
+        found.update(dict(rows.all()))
     return found
 
 
@@ -279,9 +279,9 @@ def measurement_keys(conn: Connection, pairs: list[tuple[str, str]]) -> set[tupl
 def all_measurements(conn: Connection, target_hash: str) -> list[tuple[MeasureRecord, str]]:
     """Every measurement on a target with its candidate's trace JSON, oldest first."""
     rows = conn.execute(
-        select(Candidate.trace_json, Candidate.candidate_hash, Workload.workload_hash, MeasureResult.status, MeasureResult.times_s,
-               MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker, MeasureResult.session_id,
-               MeasureResult.confirm)
+        select(Candidate.trace_json, Candidate.candidate_hash, Workload.workload_hash, MeasureResult.status,
+               MeasureResult.times_s, MeasureResult.build_time_s, MeasureResult.error, MeasureResult.worker,
+               MeasureResult.session_id, MeasureResult.confirm)
         .join(Candidate, Candidate.id == MeasureResult.candidate_id)
         .join(Workload, Workload.id == Candidate.workload_id)
         .join(Target, Target.id == MeasureResult.target_id)

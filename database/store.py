@@ -447,7 +447,8 @@ class Database:
             return claims.trials_taken(conn, workload, target, stale_after_s=stale_after_s())
 
     def measured_candidates(self, workload_hash: str, target_hash: str) -> dict[str, MeasureRecord]:
-        """The newest trial (any status; re-measurements of leaders left out) per candidate hash, for resuming a search."""
+        """The newest trial (any status; re-measurements of leaders left out) per candidate hash, for resuming a
+        search."""
         with transaction(self._engine, write=False) as conn:
             return queries.measured_candidates(conn, workload_hash, target_hash)
 

@@ -87,8 +87,9 @@ def default_node_cost(
 
     What each operator computes is its entry in :data:`extract.ops.OPS`.  Reshapes and
     weight concatenation (a load-time layout change) are free.  GEMM-like nodes count
-    ``2 * out * K`` flops per product they compute, others one flop per output element; GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times
-    faster (both terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times,
+    ``2 * out * K`` flops per product they compute, others one flop per output element;
+    GEMMs on packed weights or packed keys run :data:`PACKED_GAIN` times faster (both
+    terms), softmax and SiLU with ``fast_exp`` :data:`FAST_EXP_GAIN` times,
     a projection with its rotary embedding :data:`ROTARY_FUSED_SLOWDOWN` times slower.
     A fused attention counts its two products' flops, moves its inputs and output only
     (not the scores), and adds the time of a softmax over its scores (two passes over

@@ -243,7 +243,7 @@ def _build(
         part.params, part.num_input = acts + [p for p in params if p in weights], len(acts)
         part.content = ffi_convert(_canonical(part))
         digest = structural_hash(part.content, map_free_vars=True)
-        for g, (other_digest, other, members) in enumerate(groups):
+        for g, (other_digest, other, members) in enumerate(groups):  # noqa: B007 - g is read after the loop
             if other_digest == digest and structural_equal(
                 other.content, part.content, map_free_vars=True
             ):

@@ -120,7 +120,8 @@ def measure_candidates(tracker: TrackerAddress, key: str, artifacts: list[str], 
     """
     from tvm import rpc
 
-    blank = {"status": MeasureStatus.OK, "times_s": [], "rounds": 0, "error": "", "worker": "", "start": 0.0, "end": 0.0}
+    blank = {"status": MeasureStatus.OK, "times_s": [], "rounds": 0, "error": "", "worker": "",
+             "start": 0.0, "end": 0.0}
     try:
         host, port, matchkey = request_worker(tracker, key, config.device_wait_s)
     except NoFreeWorker as err:

@@ -203,7 +203,8 @@ class Runner:
         try:
             outs = future.result()
         except TimeoutError:
-            return [RunResult(MeasureStatus.TIMEOUT, error="run timeout: no answer from the worker's session in time")] * size
+            return [RunResult(MeasureStatus.TIMEOUT,
+                              error="run timeout: no answer from the worker's session in time")] * size
         except Exception as err:  # noqa: BLE001 - the pool re-raises the measuring process's failure
             return [RunResult(MeasureStatus.RUN_ERROR, error=first_line(str(err)))] * size
         if outs and outs[0]["status"] == NO_WORKER:
@@ -223,8 +224,8 @@ class Runner:
                 if any(s in error for s in ("kShutdown", "Connection reset", "Broken pipe", "Socket")):
                     error = f"the worker's session process died (the kernel crashed it?): {error}"
                 return RunResult(MeasureStatus.RUN_ERROR, error=error, worker=worker, **span)
-            return RunResult(MeasureStatus.WORKER_LOST, error=f"worker {out['worker']} lost mid-measurement: {error}", worker=worker,
-                             **span)
+            return RunResult(MeasureStatus.WORKER_LOST, error=f"worker {out['worker']} lost mid-measurement: {error}",
+                             worker=worker, **span)
         return RunResult(MeasureStatus(status), tuple(out["times_s"]), error, worker, out["rounds"], **span)
 
     def _count_workers_quiet(self) -> int:

@@ -49,7 +49,8 @@ def execute(path: Path, db_url: str, kernel: str, workdir: Path) -> nbformat.Not
     injected = nbformat.v4.new_code_cell(f"db_url = {db_url!r}")
     injected.metadata["tags"] = ["injected-parameters"]
     nb.cells.insert(at + 1, injected)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name=kernel, resources={"metadata": {"path": str(workdir)}}).execute()
+    nbclient.NotebookClient(nb, timeout=600, kernel_name=kernel,
+                            resources={"metadata": {"path": str(workdir)}}).execute()
     return nb
 
 

@@ -202,7 +202,8 @@ def _flatten(value) -> list:
     return [value]
 
 
-def verify(outputs: tuple[np.ndarray, ...], reference: tuple[np.ndarray, ...], rtol: float = 1e-3, atol: float = 1e-3) -> float:
+def verify(outputs: tuple[np.ndarray, ...], reference: tuple[np.ndarray, ...], rtol: float = 1e-3,
+           atol: float = 1e-3) -> float:
     """Max absolute error of ``outputs`` against ``reference``.
 
     Raises

@@ -33,7 +33,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     e2e = Table(title="end-to-end latency (median over repeats)")
     for col in ("program", "ms", "vs tuned"):
         e2e.add_column(col, justify="left" if col == "program" else "right")
-    for name, label in (("tuned", "tuned (this run)"), ("tvm_default", "TVM default build"), ("torch_eager", "PyTorch eager")):
+    for name, label in (("tuned", "tuned (this run)"), ("tvm_default", "TVM default build"),
+                        ("torch_eager", "PyTorch eager")):
         ratio = f"{lat[name] / lat['tuned']:.2f}x" if lat.get(name) and lat.get("tuned") else "-"
         e2e.add_row(label, _ms(lat.get(name)), ratio)
     console.print(e2e)

@@ -45,7 +45,8 @@ class ResolvedTarget:
 
 
 def resolve_target(spec: str | dict | tvm.target.Target | None = None, key: str | None = None) -> ResolvedTarget:
-    """The target ``spec`` (TVM JSON text, a dict or a target; None: :func:`default_target`) measured by workers of ``key``.
+    """The target ``spec`` (TVM JSON text, a dict or a target; None: :func:`default_target`) measured by workers of
+    ``key``.
 
     ``key`` None is the embedded worker's key (``measure.LOCAL_KEY``).
 

@@ -155,7 +155,7 @@ def gqa_scores_packed_te(q: te.Tensor, k: te.Tensor, block: int) -> te.Tensor:
     r = te.reduce_axis((0, dim), name="r")
     return te.compute(
         (q.shape[0], q.shape[1], q.shape[2], keys),
-        lambda b, h, s, l: te.sum(q[b, h, s, r] * packed[b, h // group, l // block, r, l % block], axis=r),
+        lambda b, h, s, j: te.sum(q[b, h, s, r] * packed[b, h // group, j // block, r, j % block], axis=r),
         name="gqa_scores_packed",
     )
 

@@ -74,7 +74,8 @@ def test_reading_commands_add_nothing_to_another_database(monkeypatch, capsys, t
         assert_one_line(*tune_db(monkeypatch, capsys, *args, "--db", f"sqlite:///{path}"), message)
         assert path.read_bytes() == before
     assert not (tmp_path / "out").exists()
-    assert_one_line(*tune_db(monkeypatch, capsys, "stats", "--db", f"sqlite:///{tmp_path / 'missing.db'}"), "no database at")
+    assert_one_line(*tune_db(monkeypatch, capsys, "stats", "--db", f"sqlite:///{tmp_path / 'missing.db'}"),
+                    "no database at")
     assert not (tmp_path / "missing.db").exists()
 
 

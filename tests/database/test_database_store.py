@@ -184,9 +184,11 @@ def test_session_lifecycle(db):
     old = db.start_session({"model": "x", "path": object()}, "hf:tiny", "m1")
     fresh = db.start_session({}, "hf:tiny", "m1", code_version="test")
     db.heartbeat(fresh)
-    with db._engine.begin() as conn:  # the old session last beat two hours ago (no sleep: a loaded machine can't flake it)
+    # the old session last beat two hours ago (no sleep: a loaded machine can't flake it)
+    with db._engine.begin() as conn:
         beat = conn.scalar(select(TuningSession.heartbeat_at).where(TuningSession.id == old))
-        conn.execute(update(TuningSession).where(TuningSession.id == old).values(heartbeat_at=beat - timedelta(hours=2)))
+        conn.execute(update(TuningSession).where(TuningSession.id == old)
+                     .values(heartbeat_at=beat - timedelta(hours=2)))
     assert db.mark_stale_sessions_interrupted(older_than_s=3 * 3600) == 0
     assert db.mark_stale_sessions_interrupted(older_than_s=3600) == 1
     assert _session_status(db, old) == "interrupted"

@@ -172,8 +172,8 @@ EXPECTED = {
                  "fast_softmax_last": 1, "fast_silu": 0},
     # the default costs prefer the input norm as prologue of V, and the per-head norm and
     # rotary embedding as epilogue of Q and K, to merging them
-    "all": {"rms_norm_dense": 1, "rotary_norm_dense": 2, "rotary": 0, "merged_dense/3": 0, "silu_mul_dense": 1, "dense_add": 2,
-            "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 0, "gqa_context": 0,
+    "all": {"rms_norm_dense": 1, "rotary_norm_dense": 2, "rotary": 0, "merged_dense/3": 0, "silu_mul_dense": 1,
+            "dense_add": 2, "dense": 0, "matmul": 0, "gqa_scores": 0, "gqa_scores_packed": 0, "gqa_context": 0,
             "repeat_heads": 0, "fast_softmax_last": 0, "fast_attention": 1},
     # the merges with attention as one kernel
     "attention": {"merged_dense_packed/3": 3, "merged_dense_packed/2": 2, "gqa_scores_packed": 0,

@@ -114,7 +114,7 @@ def test_decode_matches_torch(decode):
     out = _run(_build(decode), decode)
     ref = decode.reference_outputs()
     assert out[0].shape == (1, 1, TINY["hidden"])
-    for got, want, past in zip(out[1:], ref[1:], decode.inputs[1:]):
+    for got, _want, past in zip(out[1:], ref[1:], decode.inputs[1:]):
         assert got.shape == (1, TINY["kv_heads"], KV_LEN + 1, TINY["head_dim"])
         np.testing.assert_array_equal(
             got[:, :, :KV_LEN], past

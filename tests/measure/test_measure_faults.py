@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow  # tunes, builds or starts processes: left out of 
 KEY = "measure-faults"
 # ``second`` sums ones 2**30 times in float32 (it saturates): any finite output is accepted.
 SECOND_REFERENCE = KernelReference(arrays=(np.ones(N, np.float32), np.zeros(1, np.float32)), n_outputs=1)
-LOOSE = dict(rtol=0.0, atol=float("inf"))
+LOOSE = {"rtol": 0.0, "atol": float("inf")}
 
 
 @pytest.fixture(scope="module")

@@ -143,8 +143,9 @@ def _in_sessions(sessions: set[int]) -> list[list[str]]:
 
 def test_local_rpc_exit_ends_all_its_processes():
     # The tracker serves in its own process; the worker forks one process per session;
-    # every one of them must end with the LocalRPC, wherever it was reparented to. Each started process leads a session of its own, which its
-    # children share. Ports are not evidence: another test's worker may take a freed one.
+    # every one of them must end with the LocalRPC, wherever it was reparented to. Each started
+    # process leads a session of its own, which its children share. Ports are not evidence:
+    # another test's worker may take a freed one.
     me = psutil.Process()
     before = set(me.children(recursive=True))
     with LocalRPC(key="measure-exit") as rpc:

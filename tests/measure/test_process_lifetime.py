@@ -32,7 +32,8 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def _wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None):
-    """Poll ``condition`` until it returns something true; its value. Fails after ``timeout_s`` or when ``proc`` exits."""
+    """Poll ``condition`` until it returns something true; its value. Fails after ``timeout_s`` or when ``proc``
+    exits."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
@@ -111,7 +112,8 @@ def test_bound_children_and_their_forks_end_with_a_killed_parent():
                               text=True)
     try:
         assert parent.stdout.readline().strip() == "ready"
-        family = _wait_for(lambda: [d for d in [_descendants(parent.pid)] if len(d) == 2][:1], 30, "child and its fork")[0]
+        family = _wait_for(lambda: [d for d in [_descendants(parent.pid)] if len(d) == 2][:1], 30,
+                           "child and its fork")[0]
         time.sleep(0.5)  # the thread that started the child has ended: the child is still there
         assert all(_alive(p) for p in family)
         _kill_and_check_gone(parent, family)

@@ -114,7 +114,8 @@ def test_the_model_picks_a_gemm_schedule_among_its_seeds(kernels):
 
 @pytest.mark.parametrize("fused", ["silu_mul_dense", "rms_norm_dense"])
 def test_epilogue_with_two_producers_gets_an_unfused_tiling_space(fused):
-    """The fused GEMM kernels TVM's default rules cannot tile are sampled without epilogue fusion, and compute the same."""
+    """The fused GEMM kernels TVM's default rules cannot tile are sampled without epilogue fusion, and compute the
+    same."""
     from tvm import te
 
     from extract.ops.kernels import rms_norm_dense_te, silu_mul_dense_te

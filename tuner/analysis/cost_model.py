@@ -131,7 +131,7 @@ def ranking_per_workload(fit: ModelFit) -> pd.DataFrame:
     from tuner.cost_model.evaluate import pairwise_accuracy, spearman, topk_score
 
     rows = []
-    for (wh, name), g in fit.predictions.groupby(["workload_hash", "workload"], dropna=False):
+    for (_wh, name), g in fit.predictions.groupby(["workload_hash", "workload"], dropna=False):
         if len(g) < 2:
             continue
         lat, sc = g.measured_s.to_numpy(), g.score.to_numpy()

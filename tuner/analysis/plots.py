@@ -40,7 +40,7 @@ def tuning_curves(curves: pd.DataFrame, max_workloads: int = MAX_LINES) -> Figur
     ours = curves[curves.source != METASCHEDULE]
     top = ours.groupby("workload_hash").trial.max().sort_values(ascending=False).index[:max_workloads]
     colors = {wh: f"C{i % 10}" for i, wh in enumerate(top)}
-    for (wh, key, source), g in curves[curves.workload_hash.isin(top)].groupby(["workload_hash", "key", "source"]):
+    for (wh, _key, source), g in curves[curves.workload_hash.isin(top)].groupby(["workload_hash", "key", "source"]):
         g = g[g.best_s.notna()]
         if g.empty:
             continue
@@ -137,7 +137,8 @@ def measurements_over_time(counts: pd.DataFrame) -> Figure:
 def failures(by_status: pd.DataFrame) -> Figure:
     """Measurements per status (bars)."""
     fig, ax = _figure(6.0, 3.5)
-    ax.bar(by_status.status, by_status["count"], color=["C2" if s == MeasureStatus.OK else "C3" for s in by_status.status])
+    ax.bar(by_status.status, by_status["count"],
+           color=["C2" if s == MeasureStatus.OK else "C3" for s in by_status.status])
     ax.set(ylabel="measurements", title="Measurements by status")
     return _done(fig, "failures by status")
 

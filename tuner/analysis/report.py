@@ -19,13 +19,15 @@ from matplotlib.figure import Figure
 from . import plots
 from . import tables as an
 
-_STYLE = "body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse;font-size:small}" \
-         "td,th{border:1px solid #ccc;padding:2px 6px}.missing{color:#a33}"
+_STYLE = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto}"
+          "table{border-collapse:collapse;font-size:small}"
+          "td,th{border:1px solid #ccc;padding:2px 6px}.missing{color:#a33}")
 
 
 @dataclass
 class Report:
-    """What a report wrote: ``index`` (the HTML page), ``figures`` (PNG paths), ``missing`` (one line per part not drawn)."""
+    """What a report wrote: ``index`` (the HTML page), ``figures`` (PNG paths), ``missing`` (one line per part not
+    drawn)."""
 
     index: Path
     figures: list[Path] = field(default_factory=list)

@@ -39,7 +39,8 @@ def roofline_points(data: TuningData | None, roofline: Roofline) -> pd.DataFrame
     if ok.empty:
         raise AnalysisError("no successfully measured workload does floating-point work (FLOPs > 0)")
     best = ok.loc[ok.groupby(["workload_hash", "key"]).median_s.idxmin()]
-    out = best[["workload", "op_kind", "key", "flops", "bytes_moved", "median_s"]].rename(columns={"median_s": "best_s"})
+    out = (best[["workload", "op_kind", "key", "flops", "bytes_moved", "median_s"]]
+           .rename(columns={"median_s": "best_s"}))
     out["intensity"] = out.flops / out.bytes_moved
     out["achieved_flops_per_s"] = out.flops / out.best_s
     out["attainable_flops_per_s"] = roofline.attainable_flops_per_s(out.intensity.to_numpy())

@@ -143,7 +143,8 @@ def _assemble(url: str, f: dict[str, pd.DataFrame]) -> TuningData:
 
 
 def require_measurements(data: TuningData | None, ok: bool = True) -> pd.DataFrame:
-    """The measurements (only ``ok`` ones with a time when ``ok``); raises :class:`AnalysisError` when there are none."""
+    """The measurements (only ``ok`` ones with a time when ``ok``); raises :class:`AnalysisError` when there are
+    none."""
     if data is None:
         raise AnalysisError("no database loaded (see the error above)")
     m = data.measurements
@@ -152,7 +153,8 @@ def require_measurements(data: TuningData | None, ok: bool = True) -> pd.DataFra
     if ok:
         m = m[(m.status == MeasureStatus.OK) & m.median_s.notna() & (m.median_s > 0)]
         if m.empty:
-            raise AnalysisError(f"{data.url} holds no successful measurement (every one failed; see the failures table)")
+            raise AnalysisError(f"{data.url} holds no successful measurement "
+                                "(every one failed; see the failures table)")
     return m
 
 
@@ -172,7 +174,8 @@ def candidate_latencies(data: TuningData | None) -> pd.DataFrame:
     m = require_measurements(data, ok=False)
     ok = require_measurements(data)
     ids = ["candidate_hash", "target_hash"]
-    failed = m[(m.status == MeasureStatus.WRONG_RESULT) | (m.confirm & m.status.isin(CONFIRM_FAILURES))][ids].drop_duplicates()
+    failed = m[(m.status == MeasureStatus.WRONG_RESULT)
+               | (m.confirm & m.status.isin(CONFIRM_FAILURES))][ids].drop_duplicates()
     ok = ok.merge(failed.assign(_failed=True), on=ids, how="left")
     ok = ok[ok._failed.isna()].drop(columns="_failed")
     if ok.empty:

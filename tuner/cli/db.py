@@ -45,7 +45,8 @@ def stats_command(
 
 @db_app.command("best")
 def best_command(
-    model: Annotated[str | None, typer.Option(help="A model as given to `tune run` (or its hash): its workloads.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="A model as given to `tune run` (or its hash): its workloads.")] = None,
     workload: Annotated[str | None, typer.Option(help="A workload hash or a prefix of one.")] = None,
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -91,8 +92,10 @@ def best_command(
 
 @db_app.command("import")
 def import_command(
-    directory: Annotated[str, typer.Argument(help="A MetaSchedule database directory (database_workload.json, database_tuning_record.json).")],
-    key: Annotated[str, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key to file the measurements under.")] = "local",
+    directory: Annotated[str, typer.Argument(
+        help="A MetaSchedule database directory (database_workload.json, database_tuning_record.json).")],
+    key: Annotated[str, typer.Option(
+        envvar="TVM_TRACKER_KEY", help="RPC key to file the measurements under.")] = "local",
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -114,7 +117,8 @@ def import_command(
 
 @db_app.command("export")
 def export_command(
-    directory: Annotated[str, typer.Argument(help="Directory for database_workload.json and database_tuning_record.json (appended to).")],
+    directory: Annotated[str, typer.Argument(
+        help="Directory for database_workload.json and database_tuning_record.json (appended to).")],
     db: DbOption = None,
 ) -> None:
     """Export every measurement as a TVM MetaSchedule JSON database."""

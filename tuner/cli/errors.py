@@ -60,7 +60,8 @@ def main_guard(app: typer.Typer) -> None:
         if isinstance(err, expected_errors()):
             typer.echo(f"error: {_one_line(err)}", err=True)
             sys.exit(1)
-        typer.echo(f"error: internal {type(err).__name__}: {_one_line(err)} (TUNE_DEBUG=1 shows the traceback)", err=True)
+        typer.echo(f"error: internal {type(err).__name__}: {_one_line(err)} (TUNE_DEBUG=1 shows the traceback)",
+                   err=True)
         sys.exit(2)
 
 

@@ -15,7 +15,8 @@ model_app = typer.Typer(help="Train, evaluate and list cost models.", pretty_exc
                         no_args_is_help=True)
 
 TargetOption = Annotated[str | None, typer.Option(help='Target as TVM JSON, as given to tune run. Default: this CPU.')]
-KeyOption = Annotated[str | None, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key of the device pool (default: the embedded worker's).")]
+KeyOption = Annotated[str | None, typer.Option(
+    envvar="TVM_TRACKER_KEY", help="RPC key of the device pool (default: the embedded worker's).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 
 
@@ -92,10 +93,13 @@ def _fmt(value) -> str:
 @model_app.command("train")
 def train_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    objective: Annotated[str | None, typer.Option(help="XGBoost objective: rank:pairwise (default), reg:latency, rank:ndcg or reg:normalized.")] = None,
+    objective: Annotated[str | None, typer.Option(
+        help="XGBoost objective: rank:pairwise (default), reg:latency, rank:ndcg or reg:normalized.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
-    peak_gflops: Annotated[float | None, typer.Option("--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
-    bandwidth_gbs: Annotated[float | None, typer.Option("--bandwidth-gbs", help="Roofline fallback: memory bandwidth in GB/s (default: measured).")] = None,
+    peak_gflops: Annotated[float | None, typer.Option(
+        "--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
+    bandwidth_gbs: Annotated[float | None, typer.Option(
+        "--bandwidth-gbs", help="Roofline fallback: memory bandwidth in GB/s (default: measured).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Train a cost model on every successful measurement of the target and store it as a new version.
@@ -134,22 +138,31 @@ def train_command(
            f"pairwise {_fmt(m.get('pairwise'))}, Spearman {_fmt(m.get('spearman'))}"])
 
 
-#: the row of ``tune model eval`` that judges the measurements themselves (:func:`tuner.cost_model.evaluate.repeat_agreement`)
+#: the row of ``tune model eval`` that judges the measurements themselves
+#: (:func:`tuner.cost_model.evaluate.repeat_agreement`)
 REPEATS_ROW = "repeat halves"
 
 
 @model_app.command("eval")
 def eval_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    models: Annotated[str | None, typer.Option(help="Comma-separated models to compare (default: all): xgb:<objective>, random-forest, linear, random.")] = None,
+    models: Annotated[str | None, typer.Option(
+        help="Comma-separated models to compare (default: all): xgb:<objective>, random-forest, linear, "
+        "random.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the models and the random ranking.")] = 0,
     trees: Annotated[int | None, typer.Option(help="Trees of the XGBoost models (default: the cost model's).")] = None,
-    max_bin: Annotated[int | None, typer.Option(help="Histogram bins per feature of the XGBoost models (default: the cost model's).")] = None,
-    min_candidates: Annotated[int, typer.Option("--min-candidates", help="Judge only workloads with at least this many measured candidates (every workload is still trained on).")] = 2,
-    train_db: Annotated[str | None, typer.Option("--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it never measured (default: hold out workloads of --db in turn). --target and --key choose the target in both databases.")] = None,
+    max_bin: Annotated[int | None, typer.Option(
+        help="Histogram bins per feature of the XGBoost models (default: the cost model's).")] = None,
+    min_candidates: Annotated[int, typer.Option(
+        "--min-candidates", help="Judge only workloads with at least this many measured candidates (every workload is "
+        "still trained on).")] = 2,
+    train_db: Annotated[str | None, typer.Option(
+        "--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it "
+        "never measured (default: hold out workloads of --db in turn). --target and --key choose the target in both "
+        "databases.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman, each with its 95% bootstrap interval over workloads; and the measurements themselves (repeat halves)."""
+    """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman, each with its 95% bootstrap interval over workloads; and the measurements themselves (repeat halves)."""  # noqa: E501 - one line: `tune model --help` lists its first paragraph with line breaks kept
     from tuner.cost_model.dataset import load_dataset, load_repeats
     from tuner.cost_model.evaluate import (
         CONFIDENCE,

@@ -10,9 +10,13 @@ from .errors import fail
 
 
 def report_command(
-    out: Annotated[str, typer.Option("--out", help="Directory for index.html and the PNG figures (created if needed).")],
-    db: Annotated[str | None, typer.Option("--db", envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db).")] = None,
-    roofline: Annotated[bool, typer.Option("--roofline/--no-roofline", help="Measure this machine's peak FLOP/s and bandwidth for the roofline section.")] = True,
+    out: Annotated[str, typer.Option(
+        "--out", help="Directory for index.html and the PNG figures (created if needed).")],
+    db: Annotated[str | None, typer.Option(
+        "--db", envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db).")] = None,
+    roofline: Annotated[bool, typer.Option(
+        "--roofline/--no-roofline", help="Measure this machine's peak FLOP/s and bandwidth for the roofline "
+        "section.")] = True,
 ) -> None:
     """Write tuning curves, cost-model, database and roofline figures and tables of a tuning database."""
     from tuner.analysis.report import write_report

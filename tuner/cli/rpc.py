@@ -83,7 +83,9 @@ def tracker_command(
 def worker_command(
     tracker: Annotated[str | None, typer.Option(help=TRACKER_HELP)] = None,
     key: Annotated[str, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key naming this device's pool.")] = "local",
-    host: Annotated[str, typer.Option(help="Address to bind. The worker runs any code it is sent: expose it only to trusted networks.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="Address to bind. The worker runs any code it is sent: expose it only to trusted "
+        "networks.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="First port to try for the worker's sessions.")] = 9090,
 ) -> None:
     """Run a measurement worker: a TVM RPC server registered with the tracker under KEY.

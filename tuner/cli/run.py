@@ -11,33 +11,57 @@ import typer
 
 
 def run_command(
-    model: Annotated[str, typer.Argument(help="A known model name (qwen3-0.6b, qwen3-1.7b, qwen2.5-0.5b, llama-3.2-1b; tiny variants qwen3-tiny, qwen2.5-tiny, llama-tiny), a Qwen3/Qwen2/Llama config.json, or an .onnx file.")],
-    stage: Annotated[str, typer.Option(help="prefill (a prompt of --seq-len tokens), prefill-kv (a chunk of --seq-len tokens over a KV cache of --kv-len) or decode (one token over a KV cache of --kv-len).")] = "prefill",
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Prompt (chunk) length in tokens (prefill, prefill-kv).")] = 128,
+    model: Annotated[str, typer.Argument(
+        help="A known model name (qwen3-0.6b, qwen3-1.7b, qwen2.5-0.5b, llama-3.2-1b; tiny variants qwen3-tiny, "
+        "qwen2.5-tiny, llama-tiny), a Qwen3/Qwen2/Llama config.json, or an .onnx file.")],
+    stage: Annotated[str, typer.Option(
+        help="prefill (a prompt of --seq-len tokens), prefill-kv (a chunk of --seq-len tokens over a KV cache of "
+        "--kv-len) or decode (one token over a KV cache of --kv-len).")] = "prefill",
+    seq_len: Annotated[int, typer.Option(
+        "--seq-len", help="Prompt (chunk) length in tokens (prefill, prefill-kv).")] = 128,
     kv_len: Annotated[int, typer.Option("--kv-len", help="KV cache length in tokens (prefill-kv, decode).")] = 512,
     layers: Annotated[int, typer.Option(help="Decoder layers to import.")] = 1,
-    trials: Annotated[int, typer.Option(help="Measurement budget per workload (kernel), the default schedule included; 0 measures nothing and lets the cost model choose.")] = 64,
-    target: Annotated[str | None, typer.Option(help='Target as TVM JSON, e.g. \'{"kind": "llvm", "num-cores": 2}\'. Default: this CPU.')] = None,
-    tracker: Annotated[str | None, typer.Option(help="RPC tracker HOST:PORT to measure through (default: start a local tracker and worker on 127.0.0.1). Env: TVM_TRACKER_HOST, TVM_TRACKER_PORT.")] = None,
+    trials: Annotated[int, typer.Option(
+        help="Measurement budget per workload (kernel), the default schedule included; 0 measures nothing and lets the "
+        "cost model choose.")] = 64,
+    target: Annotated[str | None, typer.Option(
+        help='Target as TVM JSON, e.g. \'{"kind": "llvm", "num-cores": 2}\'. Default: this CPU.')] = None,
+    tracker: Annotated[str | None, typer.Option(
+        help="RPC tracker HOST:PORT to measure through (default: start a local tracker and worker on 127.0.0.1). Env: "
+        "TVM_TRACKER_HOST, TVM_TRACKER_PORT.")] = None,
     key: Annotated[str | None, typer.Option(envvar="TVM_TRACKER_KEY", help="RPC key of the device pool.")] = None,
-    db: Annotated[str | None, typer.Option(envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db in this directory).")] = None,
+    db: Annotated[str | None, typer.Option(
+        envvar="TUNE_DB", help="SQLAlchemy database URL (default: sqlite:///tune.db in this directory).")] = None,
     number: Annotated[int, typer.Option(help="Runs per repeat (raised until a repeat lasts --min-repeat-ms).")] = 1,
     repeat: Annotated[int, typer.Option(help="Repeats per measurement; all are stored.")] = 5,
     min_repeat_ms: Annotated[int, typer.Option("--min-repeat-ms", help="Minimum duration of one repeat in ms.")] = 20,
-    cold_bytes: Annotated[int, typer.Option("--cold-bytes", help="Kernels whose arguments after the first take at least this many bytes are timed one call per repeat, right after a cache flush (0: every kernel).")] = 1 << 20,
+    cold_bytes: Annotated[int, typer.Option(
+        "--cold-bytes", help="Kernels whose arguments after the first take at least this many bytes are timed one call "
+        "per repeat, right after a cache flush (0: every kernel).")] = 1 << 20,
     timeout: Annotated[float, typer.Option(help="Seconds allowed for one build and for one run.")] = 60.0,
-    max_cv: Annotated[float, typer.Option("--max-cv", help="Coefficient of variation of the repeats above which a measurement is timed again.")] = 0.1,
-    device_wait: Annotated[float, typer.Option("--device-wait", help="Seconds a candidate may wait for a free worker (not counted in --timeout).")] = 120.0,
-    retries: Annotated[int, typer.Option(help="Times a candidate whose worker was lost is retried on another worker.")] = 2,
+    max_cv: Annotated[float, typer.Option(
+        "--max-cv", help="Coefficient of variation of the repeats above which a measurement is timed again.")] = 0.1,
+    device_wait: Annotated[float, typer.Option(
+        "--device-wait", help="Seconds a candidate may wait for a free worker (not counted in --timeout).")] = 120.0,
+    retries: Annotated[int, typer.Option(
+        help="Times a candidate whose worker was lost is retried on another worker.")] = 2,
     candidates: Annotated[int, typer.Option(help="Candidate programs to enumerate from the e-graph.")] = 4,
-    reprice: Annotated[bool, typer.Option("--reprice/--no-reprice", help="After tuning, extract once more with each GEMM-like e-node priced by its tuned kernel, and tune that program too when it is new (off by default for now).")] = False,
-    measure_top: Annotated[int, typer.Option("--measure-top", help="Cheapest candidate programs compiled and timed end to end; the fastest is kept.")] = 2,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Candidates measured between cost-model updates.")] = 8,
-    confirm_top: Annotated[int, typer.Option("--confirm-top", help="Fastest candidates per kernel (those within 1.25x of the fastest) measured twice more once its trials are spent; each counts with its median measurement (0: none).")] = 3,
+    reprice: Annotated[bool, typer.Option(
+        "--reprice/--no-reprice", help="After tuning, extract once more with each GEMM-like e-node priced by its tuned "
+        "kernel, and tune that program too when it is new (off by default for now).")] = False,
+    measure_top: Annotated[int, typer.Option(
+        "--measure-top", help="Cheapest candidate programs compiled and timed end to end; the fastest is kept.")] = 2,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", help="Candidates measured between cost-model updates.")] = 8,
+    confirm_top: Annotated[int, typer.Option(
+        "--confirm-top", help="Fastest candidates per kernel (those within 1.25x of the fastest) measured twice more "
+        "once its trials are spent; each counts with its median measurement (0: none).")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
-    artifact_dir: Annotated[str, typer.Option("--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
+    artifact_dir: Annotated[str, typer.Option(
+        "--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors and the --json output.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Print nothing but errors and the --json output.")] = False,
 ) -> None:
     """Tune a model's kernels, compile the fastest program, verify it and time it."""
     from tuner.options import RunOptions
@@ -45,9 +69,9 @@ def run_command(
     options = RunOptions(  # checks the options before TVM and PyTorch load
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
-        min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates, reprice=reprice, measure_top=measure_top,
-        batch_size=batch_size, confirm_top=confirm_top, seed=seed, artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait,
-        retries=retries,
+        min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates,
+        reprice=reprice, measure_top=measure_top, batch_size=batch_size, confirm_top=confirm_top, seed=seed,
+        artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait, retries=retries,
     )
     if tracker is None:
         from measure import tracker_from_env

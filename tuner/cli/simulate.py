@@ -21,12 +21,17 @@ def _floats(text: str, what: str) -> list[float]:
 
 def simulate_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    strategies: Annotated[str, typer.Option(help="Comma-separated: random, cold (model from this workload only), warm (model from the other workloads first).")] = "random,cold,warm",
+    strategies: Annotated[str, typer.Option(
+        help="Comma-separated: random, cold (model from this workload only), warm (model from the other workloads "
+        "first).")] = "random,cold,warm",
     batch_size: Annotated[str, typer.Option("--batch-size", help="Batch sizes to try, comma-separated.")] = "8",
     explore: Annotated[str, typer.Option(help="Exploration shares to try, comma-separated, each in [0, 1].")] = "0.25",
     seeds: Annotated[int, typer.Option(help="Replays per strategy (seeds of the exploration draw).")] = 3,
     trials: Annotated[int | None, typer.Option(help="Trials to report (default: the largest pool).")] = None,
-    train_db: Annotated[str | None, typer.Option("--train-db", help="warm starts from a model trained on this database and only the workloads of --db it never measured are replayed (default: a model trained on the other workloads of --db). --target and --key choose the target in both databases.")] = None,
+    train_db: Annotated[str | None, typer.Option(
+        "--train-db", help="warm starts from a model trained on this database and only the workloads of --db it never "
+        "measured are replayed (default: a model trained on the other workloads of --db). --target and --key choose "
+        "the target in both databases.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Replay the target's recorded measurements under each strategy and print best-so-far curves.

@@ -58,7 +58,8 @@ N_STORE_FEATURES = 164
 STORE_AGGREGATES = ("sum", "mean", "max", "compute")
 #: the workload features that follow them, in order (then the trace's, ``tuner.cost_model.trace_features.NAMES``)
 WORKLOAD_FEATURES = ("log2 FLOPs", "log2 bytes", "log2 FLOPs/byte", "log2 stores",
-                     *(f"log2 1+output extent {i}" for i in range(3)), *(f"log2 1+input elements {i}" for i in range(2)))
+                     *(f"log2 1+output extent {i}" for i in range(3)),
+                     *(f"log2 1+input elements {i}" for i in range(2)))
 N_FEATURES = len(STORE_AGGREGATES) * N_STORE_FEATURES + len(WORKLOAD_FEATURES) + N_TRACE_FEATURES
 _OP_COUNTS = slice(0, 16)  # per-store features 0..15: float, int, bool and select operation counts
 _OUTER_PROD = 161  # per-store feature: product of the store's outer loop extents

@@ -144,8 +144,8 @@ class BatchMeasurer:
         return self._references[wh]
 
     def _common(self, wh: str, c: ScheduleCandidate, build_time_s: float, confirm: bool) -> dict:
-        return dict(candidate_hash=c.record.candidate_hash, workload_hash=wh, target_hash=self.target.target_hash,
-                    build_time_s=build_time_s, session_id=self.session_id, confirm=confirm)
+        return {"candidate_hash": c.record.candidate_hash, "workload_hash": wh, "target_hash": self.target.target_hash,
+                "build_time_s": build_time_s, "session_id": self.session_id, "confirm": confirm}
 
     def _build_failure(self, wh: str, c: ScheduleCandidate, build, confirm: bool = False) -> MeasureRecord:
         return MeasureRecord(status=classify_build_error(build.error), error=first_line(build.error),
@@ -155,8 +155,9 @@ class BatchMeasurer:
                      ) -> list[MeasureRecord]:
         """The records of one run: attempts on workers that died under it, then the outcome."""
         common = self._common(wh, c, build_time_s, confirm)
-        return [*(MeasureRecord(status=MeasureStatus.WORKER_LOST, error=lost.error, worker=lost.worker or self.runner.worker_name,
-                                **common) for lost in run.retries),
+        return [*(MeasureRecord(status=MeasureStatus.WORKER_LOST, error=lost.error,
+                                worker=lost.worker or self.runner.worker_name, **common)
+                  for lost in run.retries),
                 MeasureRecord(status=run.status, times_s=run.times_s, error=run.error,
                               worker=run.worker or self.runner.worker_name, **common)]
 

@@ -1,4 +1,5 @@
-"""tuner.analysis: tables and figures from a real short tuning run's database, and what each says when data is missing."""
+"""tuner.analysis: tables and figures from a real short tuning run's database, and what each says when data is
+missing."""
 
 from __future__ import annotations
 
@@ -165,7 +166,8 @@ def test_url_comes_from_the_argument_then_tune_db_then_the_local_file(monkeypatc
     "url, message",
     [
         ("sqlite:///{tmp}/missing.db", "^no database file .*missing.db"),
-        ("postgresql+psycopg://nobody@127.0.0.1:1/none", "^database postgresql\\+psycopg://nobody@127.0.0.1:1/none: .*refused"),
+        ("postgresql+psycopg://nobody@127.0.0.1:1/none",
+         "^database postgresql\\+psycopg://nobody@127.0.0.1:1/none: .*refused"),
         ("mysql://x@y/z", "^unsupported database backend 'mysql'"),
         ("sqlite:///{tmp}/other.db", "is not a tuning database \\(no table measure_result\\)"),
         ("sqlite:///{tmp}/garbage.db", "file is not a database"),

@@ -50,7 +50,8 @@ def _matmul(m: int, n: int, k: int):
 
 
 def _timed_database(url: str, shapes) -> None:
-    """Real timings of the default and six sampled schedules of a tiny matmul per (m, n, k), built and timed in-process."""
+    """Real timings of the default and six sampled schedules of a tiny matmul per (m, n, k), built and timed
+    in-process."""
     target = make_target(json.loads(TARGET))
     rec = TargetRecord(target_json(target), LOCAL_KEY)
     dev = tvm.cpu()
