@@ -64,6 +64,7 @@ def test_report_says_how_many_layers_were_deduplicated(exploration):
     assert exploration.layered is not None and len(exploration.layered.states) == 1
 
 
+@pytest.mark.slow
 def test_candidates_match_the_original_and_apply_each_choice_to_every_layer(model, exploration):
     candidates = exploration.candidates
     assert len(candidates) == 4 and candidates[0].strategy == "original"
@@ -94,6 +95,7 @@ def test_best_and_exact_extraction_of_deduplicated_layers(model, exploration):
     assert exact.cost <= best.cost + 1e-9
 
 
+@pytest.mark.slow
 def test_one_layer_is_explored_as_one_term():
     exploration = explore(load_model("qwen3-tiny", stage="prefill", seq_len=8).mod)
     assert exploration.layered is None

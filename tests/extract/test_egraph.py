@@ -217,6 +217,7 @@ def test_saturation_reports_its_stop_reason(model, limits, reason):
 # -- candidates -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_candidates_are_distinct_and_match_the_original(model, exploration):
     candidates = exploration.candidates
     assert len(candidates) == 4
@@ -228,6 +229,7 @@ def test_candidates_are_distinct_and_match_the_original(model, exploration):
         assert check_equivalent(model.mod, c.mod, inputs(model)) <= 1e-4, c.strategy
 
 
+@pytest.mark.slow
 def test_round_trip_keeps_the_signature(model, exploration):
     original, rebuilt = model.mod["main"], exploration.candidates[0].mod["main"]
     assert [p.name for p in rebuilt.params] == [p.name for p in original.params]
@@ -346,6 +348,7 @@ def test_node_cost_steers_extract_best(exploration, expensive, expected):
     assert {k: found[k] for k in expected} == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("expensive", [set(), FUSED_NORMS], ids=["default", "prologue"])
 def test_exact_extraction_is_never_worse_than_greedy(model, exploration, expensive):
     greedy = exploration.extract_best(_priced(expensive))
@@ -396,6 +399,7 @@ def test_exact_extraction_finds_the_root_beside_dead_code():
     assert check_equivalent(mod, exact.candidate.mod, args) <= 1e-5
 
 
+@pytest.mark.slow
 def test_identical_layers_are_priced_once():
     asked = []
 
@@ -428,6 +432,7 @@ def test_saturation_can_run_some_families_only(model):
         SaturationLimits(families=("no_such_family",))
 
 
+@pytest.mark.slow
 def test_biased_projections_fuse_and_merge():
     """Qwen2.5's Q/K/V biases: bias epilogues and biased merges, each numerically checked."""
     model = load_model("qwen2.5-tiny", stage="prefill", seq_len=4)
@@ -539,6 +544,7 @@ def test_fast_exp_kernels_match_exact_softmax_and_silu():
     np.testing.assert_allclose(_run_te(fast_silu_te, y), silu, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_cast_after_a_gemm_runs_in_the_gemm_kernel():
     """A cast epilogue (a float32 GEMM stored as float16, with a bias) is one kernel in every candidate.
 

@@ -86,6 +86,7 @@ def test_prefill_import(prefill):
     assert prefill.output_names == ("hidden_states", "key_0", "value_0", "key_1", "value_1")
 
 
+@pytest.mark.slow
 def test_prefill_matches_torch(prefill, prefill_vm):
     out = _run(prefill_vm, prefill)
     ref = prefill.reference_outputs()
@@ -105,6 +106,7 @@ def test_prefill_is_causal(prefill, prefill_vm):
     assert not np.allclose(after[:, -1], before[:, -1])
 
 
+@pytest.mark.slow
 def test_decode_matches_torch(decode):
     _check_signature(decode)
     assert decode.input_names == ("hidden_states",) + tuple(
@@ -123,6 +125,7 @@ def test_decode_matches_torch(decode):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_prefill_kv_continues_a_prefill():
     """A chunk over the cache of a prefill's first tokens = the prefill's last rows."""
     past, chunk = 6, 4
@@ -151,6 +154,7 @@ def test_prefill_kv_continues_a_prefill():
         ("qwen2.5-tiny", "decode", 12),  # and Q/K/V biases
     ],
 )
+@pytest.mark.slow
 def test_other_architectures_match_torch(name, stage, n_params):
     model = load_model(name, stage, seq_len=3, kv_len=5, layers=1, seed=4)
     _check_signature(model)
@@ -163,6 +167,7 @@ def test_other_architectures_match_torch(name, stage, n_params):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_hash_and_seed():
     a = load_model("qwen3-tiny", seq_len=4, seed=0)
     b = load_model("Qwen/Qwen3-Tiny", seq_len=4, seed=3)
@@ -270,6 +275,7 @@ def test_operator_error_names_torch_ops():
     assert str(err) == "TVM's torch importer failed: shape mismatch"
 
 
+@pytest.mark.slow
 def test_config_json_path(tmp_path):
     import json
 

@@ -27,11 +27,13 @@ def test_physical_cores_are_within_the_affinity_mask():
     assert 1 <= physical_cores() <= len(os.sched_getaffinity(0))
 
 
+@pytest.mark.slow
 def test_importing_measure_gives_tvm_every_physical_core():
     """Without the setting TVM's pool takes half the logical CPUs on x86 (it assumes SMT)."""
     assert _threads_in_fresh_process(_env_without_thread_settings()) == physical_cores()
 
 
+@pytest.mark.slow
 def test_a_users_setting_is_kept():
     env = dict(_env_without_thread_settings(), TVM_NUM_THREADS="1")
     assert _threads_in_fresh_process(env) == 1

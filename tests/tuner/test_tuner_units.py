@@ -184,6 +184,7 @@ def test_progress_says_why_a_search_stopped_early_only_when_it_measured_somethin
     assert "5e0b4d21 dense" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_prepared_weights_run_once_and_keep_the_outputs():
     """A merged candidate's weight concatenations, transposes and packs leave ``main``: its
     kernels are the per-run ones, and ``transform_weights`` then ``main`` give the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from database import MeasureRecord, TargetRecord, canonical_json, open_database
 from measure.tvmapi import make_target
 from tuner.cost_model.node_prices import node_kernel
@@ -56,6 +58,7 @@ class _Setup:
         return confirm_leaders(self.kernel, self.space, self.leaders, self.remeasure, top=top, measurements=3)
 
 
+@pytest.mark.slow
 def test_leaders_are_measured_again_until_the_top_three_each_have_three_measurements(tmp_path):
     s = _Setup(tmp_path)
     taken = s.confirm()

@@ -79,6 +79,7 @@ def test_a_skinny_gemm_gets_tiles_of_all_its_rows_that_compute_the_product(m):
         np.testing.assert_allclose(_run(sch.mod, [xa, packed], (m, n)), xa @ w.T, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_seeds_fuse_an_epilogue_and_replay_from_their_trace():
     func = _matmul_kn(12, 300, 32, epilogue=True)
     seeds = gemm_seeds(func, TARGET, tiles=[(6, 2, 256), (4, 2, 0)])
