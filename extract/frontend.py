@@ -300,14 +300,17 @@ def stable_hash(*parts: object) -> str:
     return digest.hexdigest()
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (two if the first ends in a colon)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    if lines[0].endswith(":") and len(lines) > 1:  # "...of node:" then the detail
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]
+# A traceback's header or frame line inside an error message (Python's or TVM's C++ frames).
+_TRACEBACK_LINE = re.compile(r'\s*(Traceback\b|File "|\d+: |\[bt\] )')
+
+
+def message_line(exc: BaseException) -> str:
+    """An exception's whole message as one line, or its type's name when it has none.
+
+    The message's lines are joined with spaces, traceback header and frame lines left out.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not _TRACEBACK_LINE.match(line)]
+    return " ".join(lines) if lines else type(exc).__name__
 
 
 def readonly(array: np.ndarray) -> np.ndarray:
@@ -319,7 +322,7 @@ def readonly(array: np.ndarray) -> np.ndarray:
 
 def operator_error(importer: str, exc: Exception) -> ModelImportError:
     """A one-line ModelImportError for an importer failure, naming the operator if known."""
-    message = first_line(exc)
+    message = message_line(exc)
     match = re.search(
         r"(?:Unsupported function types|not supported for frontend \w+:)\s*(.+)", message
     )

@@ -13,7 +13,7 @@ import tvm
 from .frontend import (
     ImportedModel,
     ModelImportError,
-    first_line,
+    message_line,
     operator_error,
     readonly,
     stable_hash,
@@ -46,12 +46,12 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
     try:
         model = onnx.load(str(path))
     except Exception as exc:
-        raise ModelImportError(f"malformed ONNX file {path}: {first_line(exc)}") from exc
+        raise ModelImportError(f"malformed ONNX file {path}: {message_line(exc)}") from exc
     checker_error = None
     try:
         onnx.checker.check_model(str(path))
     except Exception as exc:
-        checker_error = first_line(exc)
+        checker_error = message_line(exc)
     if not model.graph.output:
         raise ModelImportError(
             f"malformed ONNX file {path}: {checker_error or 'the graph has no outputs'}"
