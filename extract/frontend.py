@@ -304,6 +304,16 @@ def stable_hash(*parts: object) -> str:
 _TRACEBACK_LINE = re.compile(r'\s*(Traceback\b|File "|\d+: |\[bt\] )')
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (two if the first ends in a colon)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:  # "...of node:" then the detail
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
+
+
 def message_line(exc: BaseException) -> str:
     """An exception's whole message as one line, or its type's name when it has none.
 
