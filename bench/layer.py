@@ -83,7 +83,7 @@ def metaschedule_layer(imported, trials: int, target, work_dir: str, repeat: int
     from tuner.kernels import lower_to_kernels
 
     shutil.rmtree(work_dir, ignore_errors=True)
-    params = {name: tvm.runtime.tensor(np.ascontiguousarray(a))
+    params = {name: tvm.runtime.tensor(np.require(a, requirements="C"))
               for name, a in zip(imported.param_names, imported.params, strict=True)}
     # TVM's default legalization and fusion, so the layer's kernels are PrimFuncs MetaSchedule can extract
     mod = lower_to_kernels(relax.transform.BindParams("main", params)(imported.mod))
@@ -98,7 +98,7 @@ def metaschedule_layer(imported, trials: int, target, work_dir: str, repeat: int
     )
     executable = ms.relax_integration.compile_relax(database, mod, target, None)
     vm = relax.VirtualMachine(executable, tvm.cpu())
-    args = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in imported.inputs]
+    args = [tvm.runtime.tensor(np.require(a, requirements="C")) for a in imported.inputs]
     timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=20)
     return float(statistics.median(timer(*args).results))
 

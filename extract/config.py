@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .imported import ModelImportError, first_line
+from .imported import ModelImportError, message_line
 
 #: ``model_type`` values with a decoder in ``extract.decoder.ARCHITECTURES`` (same order)
 ARCHITECTURE_NAMES = ("qwen3", "qwen2", "llama")
@@ -37,7 +37,7 @@ def read_config(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise ModelImportError(f"malformed config file {path}: {first_line(exc)}") from exc
+        raise ModelImportError(f"malformed config file {path}: {message_line(exc)}") from exc
     if not isinstance(data, dict):
         raise ModelImportError(f"malformed config file {path}: not a JSON object")
     model_type = data.get("model_type")

@@ -40,7 +40,7 @@ from .config import ARCHITECTURE_NAMES, check_sizes, stage_tokens
 from .imported import (
     ImportedModel,
     ModelImportError,
-    first_line,
+    message_line,
     operator_error,
     readonly,
     stable_hash,
@@ -187,7 +187,7 @@ def load_decoder(
     config_cls = ARCHITECTURES[data["model_type"]][0]
 
     def bad_config(exc: Exception) -> ModelImportError:
-        return ModelImportError(f"bad {config_cls.model_type} config {path}: {type(exc).__name__}: {first_line(exc)}")
+        return ModelImportError(f"bad {config_cls.model_type} config {path}: {type(exc).__name__}: {message_line(exc)}")
 
     try:
         with _quiet_transformers():
@@ -281,7 +281,7 @@ def _export(
         try:
             program = torch.export.export(module, (hidden,), past).run_decompositions()
         except Exception as exc:
-            raise ModelImportError(f"torch.export failed: {first_line(exc)}") from exc
+            raise ModelImportError(f"torch.export failed: {message_line(exc)}") from exc
         try:
             mod = from_exported_program(
                 program, keep_params_as_input=True, run_ep_decomposition=False

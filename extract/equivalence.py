@@ -43,7 +43,7 @@ def run_module(mod: tvm.IRModule, inputs: Sequence[np.ndarray]) -> list[np.ndarr
         The output tensors, tuples flattened depth first.
     """
     vm = relax.VirtualMachine(_build(mod), tvm.cpu())
-    result = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs])
+    result = vm["main"](*[tvm.runtime.tensor(np.require(a, requirements="C")) for a in inputs])
     return _flatten(result)
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm
 
-__all__ = ["ImportedModel", "ModelImportError", "first_line", "operator_error", "readonly", "stable_hash"]
+__all__ = ["ImportedModel", "ModelImportError", "first_line", "message_line", "operator_error", "readonly",
+           "stable_hash"]
 
 
 class ModelImportError(Exception):
@@ -146,6 +147,19 @@ def first_line(exc: BaseException) -> str:
     return lines[0]
 
 
+# A traceback's header or frame line inside an error message (Python's or TVM's C++ frames).
+_TRACEBACK_LINE = re.compile(r'\s*(Traceback\b|File "|\d+: |\[bt\] )')
+
+
+def message_line(exc: BaseException) -> str:
+    """An exception's whole message as one line, or its type's name when it has none.
+
+    The message's lines are joined with spaces, traceback header and frame lines left out.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not _TRACEBACK_LINE.match(line)]
+    return " ".join(lines) if lines else type(exc).__name__
+
+
 def readonly(array: np.ndarray) -> np.ndarray:
     """A read-only view of ``array``."""
     view = array.view()
@@ -155,7 +169,7 @@ def readonly(array: np.ndarray) -> np.ndarray:
 
 def operator_error(importer: str, exc: Exception) -> ModelImportError:
     """A one-line ModelImportError for an importer failure, naming the operator if known."""
-    message = first_line(exc)
+    message = message_line(exc)
     match = re.search(
         r"(?:Unsupported function types|not supported for frontend \w+:)\s*(.+)", message
     )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import re
 import warnings
 from pathlib import Path
 
@@ -13,11 +16,12 @@ import tvm
 from .imported import (
     ImportedModel,
     ModelImportError,
-    first_line,
+    message_line,
     operator_error,
     readonly,
     stable_hash,
 )
+from .onnx_fold import fold_shape_arithmetic
 
 __all__ = ["load_onnx"]
 
@@ -33,6 +37,34 @@ def _example(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) 
     raise ModelImportError(f"unsupported ONNX input dtype {dtype}")
 
 
+def _failing_node(exc: BaseException, printed: str) -> str | None:
+    """The ONNX node TVM's importer failed on, as ``OpType 'name'``, or None when unknown.
+
+    The importer converts ``graph.node`` in order in ``_construct_nodes``; the innermost
+    such frame of the traceback holds the node (a node of an ``If`` branch is innermost).
+    Without that frame, the operator it printed ("Error converting operator X") names
+    the op type only.
+    """
+    node, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "_construct_nodes":
+            node = tb.tb_frame.f_locals.get("node", node)
+        tb = tb.tb_next
+    if isinstance(node, onnx.NodeProto):
+        return f"{node.op_type} {node.name!r}" if node.name else node.op_type
+    match = re.search(r"Error converting operator (\w+)", printed)
+    return match.group(1) if match else None
+
+
+def _node_error(exc: Exception, printed: str) -> ModelImportError:
+    """The importer's failure as a ModelImportError naming the node it failed on, if known."""
+    error = operator_error("TVM's ONNX importer", exc)
+    node = _failing_node(exc, printed)
+    if node is None or "does not support" in str(error):
+        return error
+    return ModelImportError(f"TVM's ONNX importer failed on node {node}: {message_line(exc)}")
+
+
 def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
     """Import an ONNX file; see :func:`extract.frontend.load_model`.
 
@@ -46,12 +78,12 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
     try:
         model = onnx.load(str(path))
     except Exception as exc:
-        raise ModelImportError(f"malformed ONNX file {path}: {first_line(exc)}") from exc
+        raise ModelImportError(f"malformed ONNX file {path}: {message_line(exc)}") from exc
     checker_error = None
     try:
         onnx.checker.check_model(str(path))
     except Exception as exc:
-        checker_error = first_line(exc)
+        checker_error = message_line(exc)
     if not model.graph.output:
         raise ModelImportError(
             f"malformed ONNX file {path}: {checker_error or 'the graph has no outputs'}"
@@ -81,7 +113,9 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
         shapes[value.name], dtypes[value.name] = shape, str(dtype)
         arrays.append(readonly(_example(rng, tuple(shape), dtype)))
 
-    with warnings.catch_warnings():
+    fold_shape_arithmetic(model, shapes)
+    printed = io.StringIO()  # the importer prints "Error converting operator ..." on a failure
+    with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
         warnings.simplefilter("ignore")  # the importer re-warns the checker's complaints
         try:
             mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=True)
@@ -90,7 +124,7 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
         except Exception as exc:
             if checker_error is not None:
                 raise ModelImportError(f"malformed ONNX file {path}: {checker_error}") from exc
-            raise operator_error("TVM's ONNX importer", exc) from exc
+            raise _node_error(exc, printed.getvalue()) from exc
 
     func = mod["main"]
     num_input = int(func.attrs["num_input"])
@@ -111,8 +145,8 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
     def reference() -> tuple[np.ndarray, ...] | None:
         from onnx.reference import ReferenceEvaluator
 
-        try:
-            outputs = ReferenceEvaluator(model).run(None, feeds)
+        try:  # the file as written, not the folded graph TVM imported
+            outputs = ReferenceEvaluator(str(path)).run(None, feeds)
         except Exception:  # the reference evaluator lacks some operators
             return None
         return tuple(readonly(np.asarray(out)) for out in outputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 import typer
@@ -24,14 +25,44 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     return (*found, ValueError)
 
 
+# Characters of an error line past which its middle is cut out.
+ERROR_LINE_LIMIT = 300
+# Lines of a traceback: its header, a Python frame (``File "...", line N``, its source
+# lines follow, indented further), a C++ frame as TVM prints them (``0: tvm::...``).
+_TRACEBACK_LINE = re.compile(r'(Traceback \(most recent call last\):|File "[^"]*", line \d+|\d+: |\[bt\] )')
+
+
+def error_line(message: object, limit: int = ERROR_LINE_LIMIT) -> str:
+    """The whole of ``message`` as one line of at most ``limit`` characters.
+
+    Lines are joined with spaces; traceback lines (a header, Python frames with their
+    source lines, TVM's numbered C++ frames) are dropped; past ``limit`` characters the
+    middle is replaced by `` ... `` so that both the start (what failed) and the end
+    (the detail) remain.  An empty message reads ``unknown error``.
+    """
+    kept: list[str] = []
+    frame_indent = None  # indentation of the last Python frame line: deeper lines are its source
+    for raw in str(message).splitlines():
+        line, indent = raw.strip(), len(raw) - len(raw.lstrip())
+        if not line or (frame_indent is not None and indent > frame_indent):
+            continue
+        frame_indent = indent if line.startswith("File ") and _TRACEBACK_LINE.match(line) else None
+        if not _TRACEBACK_LINE.match(line):
+            kept.append(line)
+    text = " ".join(kept) or "unknown error"
+    if len(text) <= limit:
+        return text
+    head = (limit - 5) // 2
+    return f"{text[:head].rstrip()} ... {text[len(text) - (limit - 5 - head):].lstrip()}"
+
+
 class Interrupted(Exception):
     """A command stopped by a signal; its message says what the stopped work kept (exit 130)."""
 
 
 def fail(message: str, code: int = 1) -> None:
-    """Print ``error: message`` (first line only) and exit with ``code``."""
-    line = str(message).strip().splitlines()[0] if str(message).strip() else "unknown error"
-    typer.echo(f"error: {line}", err=True)
+    """Print ``error: message`` (as one line, see :func:`error_line`) and exit with ``code``."""
+    typer.echo(f"error: {error_line(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -72,5 +103,4 @@ def _interrupted(kept: str) -> None:
 
 
 def _one_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    return error_line(err) if str(err).strip() else type(err).__name__
