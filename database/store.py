@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from dataclasses import fields
 from datetime import timedelta
 from importlib import metadata
 
-from sqlalchemy import Engine, func, or_, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import claims, queries
@@ -39,6 +40,7 @@ from .models import (
     Workload,
     utcnow,
 )
+from .recorded import RecordedModel, recorded_models
 from .records import (
     CandidateRecord,
     GraphCandidateRecord,
@@ -490,16 +492,20 @@ class Database:
         with transaction(self._engine, write=False) as conn:
             return queries.training_rows(conn, target_hash, workload_hashes)
 
-    def find_workloads(self, *, model: str | None = None, workload: str | None = None) -> list[WorkloadRecord]:
-        """Workloads of a model, or those whose hash starts with ``workload``, by hash.
+    def recorded_models(self) -> list[RecordedModel]:
+        """Every model the sessions recorded (see :mod:`database.recorded`), sorted."""
+        with transaction(self._engine, write=False) as conn:
+            return recorded_models(conn)
+
+    def find_workloads(self, *, model_hashes: Iterable[str] | None = None,
+                       workload: str | None = None) -> list[WorkloadRecord]:
+        """Workloads of models, or those whose hash starts with ``workload``, by hash.
 
         Parameters
         ----------
-        model : str, optional
-            A model hash, a model as given to ``tune run`` (``qwen3-0.6b``, a file
-            path: every stage and size of it), or a whole source as its sessions
-            recorded it (``qwen3-0.6b prefill seq_len=128 layers=1``): the
-            workloads of the model's extracted programs.
+        model_hashes : iterable of str, optional
+            Model hashes (``tuner.model_ref.resolve_model`` turns a model as given
+            into them): the workloads of those models' extracted programs.
         workload : str, optional
             A workload hash or a prefix of one.
         """
@@ -507,14 +513,10 @@ class Database:
             query = select(*(getattr(Workload, name) for name in _WORKLOAD_FIELDS))
             if workload is not None:
                 query = query.where(Workload.workload_hash.startswith(workload, autoescape=True))
-            if model is not None:
-                hashes = set(conn.scalars(select(TuningSession.model_hash).where(or_(
-                    TuningSession.model_source == model,
-                    TuningSession.model_source.startswith(model + " ", autoescape=True)))))
-                hashes.add(model)
+            if model_hashes is not None:
                 members: set[str] = set()
                 for text_ in conn.scalars(select(GraphCandidate.workload_hashes).where(
-                        GraphCandidate.model_hash.in_(sorted(hashes)))):
+                        GraphCandidate.model_hash.in_(sorted(set(model_hashes))))):
                     members.update(json.loads(text_))
                 query = query.where(Workload.workload_hash.in_(sorted(members)))
             rows = conn.execute(query.order_by(Workload.workload_hash))

@@ -15,6 +15,7 @@ The model's types and the importers' shared helpers are in :mod:`extract.importe
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def import_model(source: ModelSource, *, stage: str = "prefill", seq_len: int = 
     if source.kind == "onnx":
         from . import onnx_import
 
-        return onnx_import.load_onnx(source.path, seq_len=int(seq_len), seed=seed)
+        return onnx_import.load_onnx(source.path, seq_len=int(seq_len), seed=seed, label=source.label)
     from . import decoder
 
     return decoder.load_decoder(
@@ -131,13 +132,31 @@ def import_model(source: ModelSource, *, stage: str = "prefill", seq_len: int = 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """What a model argument names: ``kind`` ``"onnx"`` or ``"config"``, the file, a short label,
-    and for a config the file's checked contents (``extract.config.read_config``)."""
+    """What a model argument names: ``kind`` ``"onnx"`` or ``"config"``, the file, a label
+    (a file path as given, or a built-in name), and for a config the file's checked contents
+    (``extract.config.read_config``)."""
 
     kind: str
     path: Path
     label: str
     config: dict | None = None
+
+    @property
+    def content_hash(self) -> str:
+        """Hex SHA-256 of the file's bytes: the same for every spelling of one file's path,
+        different for two files of one name and different contents."""
+        return file_hash(self.path)
+
+
+def file_hash(path: Path | str) -> str:
+    """Hex SHA-256 of a file's bytes (``OSError`` if it cannot be read)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def builtin_config(name: str) -> Path | None:
+    """The shipped config a built-in model name names (case and a ``"Qwen/"`` prefix ignored), else None."""
+    key = str(name).lower().rsplit("/", 1)[-1]
+    return CONFIG_DIR / f"{key}.json" if key in known_models() else None
 
 
 def check_model(name_or_path: str, stage: str = "prefill", seq_len: int = 128, kv_len: int = 512,
@@ -163,12 +182,12 @@ def check_model(name_or_path: str, stage: str = "prefill", seq_len: int = 128, k
     if lowered.endswith(".onnx"):
         if not Path(text).is_file():
             raise ModelImportError(f"ONNX file not found: {text}")
-        return ModelSource("onnx", Path(text), Path(text).stem)
+        return ModelSource("onnx", Path(text), text)
     if lowered.endswith(".json"):
         path = Path(text)
         if not path.is_file():
             raise ModelImportError(f"config file not found: {text}")
-        label = path.stem
+        label = text  # the path as given: two files named config.json stay apart
     else:
         key = lowered.rsplit("/", 1)[-1]
         path = CONFIG_DIR / f"{key}.json"

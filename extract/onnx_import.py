@@ -65,11 +65,12 @@ def _node_error(exc: Exception, printed: str) -> ModelImportError:
     return ModelImportError(f"TVM's ONNX importer failed on node {node}: {message_line(exc)}")
 
 
-def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
+def load_onnx(path: Path, *, seq_len: int, seed: int, label: str | None = None) -> ImportedModel:
     """Import an ONNX file; see :func:`extract.frontend.load_model`.
 
     Every dynamic (named or unknown) input dimension is set to ``seq_len``.  Weights
-    (graph initializers) become parameters of ``main`` after the activations.
+    (graph initializers) become parameters of ``main`` after the activations.  ``label``
+    names the model in its ``source`` (default: the file's name).
     """
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -157,7 +158,7 @@ def load_onnx(path: Path, *, seq_len: int, seed: int) -> ImportedModel:
         input_names=input_names,
         inputs=tuple(arrays),
         params=params,
-        source=f"{path.name} onnx {shape_text}",
+        source=f"{label or path.name} onnx {shape_text}",
         model_hash=stable_hash("onnx", path.read_bytes(), shapes, dtypes),
         flops=None,
         param_names=tuple(p.name for p in func.params[num_input:]),

@@ -47,6 +47,7 @@ from .cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .cost_model.roofline import RooflineCostModel
 from .cost_model.store import load_warm_model, other_feature_versions, save_model
 from .kernels import Kernel, kernels_of, lower_to_kernels
+from .model_ref import record_session
 from .options import RunOptions, TuneError
 from .progress import Progress
 from .search.search import ModelTrainer, SearchConfig
@@ -230,11 +231,11 @@ class TuneRun:
                 model = import_model(source, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
                                      seed=o.seed)
             self._check_stop()
-            return self._run(db, model, target)
+            return self._run(db, source, model, target)
         finally:
             db.close()
 
-    def _run(self, db, model, target) -> RunSummary:
+    def _run(self, db, source, model, target) -> RunSummary:
         o = self.opts
         target_rec = target.record
         db.add_target(target_rec)
@@ -242,7 +243,7 @@ class TuneRun:
         stale = db.mark_stale_sessions_interrupted(stale_after_s())
         if stale:
             self.progress.note(f"{stale} silent session(s) marked interrupted; their claims may be taken over")
-        session_id = db.start_session(args, model.source, model.model_hash)
+        session_id = record_session(db, args, source, model)
         self.progress.note(f"session {session_id}: {model.source} on {db.url_display}")
         try:
             with Heartbeat(db, session_id):

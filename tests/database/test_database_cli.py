@@ -82,7 +82,7 @@ def test_best_needs_a_selection_and_a_match(db_url, db, make):
     assert tune_db("best", "--db", db_url).exit_code == 1
     result = tune_db("best", "--db", db_url, "--model", "no-such-model")
     assert result.exit_code == 1
-    assert "no workload matches --model no-such-model" in result.output
+    assert "no model matches --model no-such-model; known models: tiny.onnx (model-hash)" in result.output
 
 
 def test_credentials_in_the_query_string_are_never_printed(db_url, db):

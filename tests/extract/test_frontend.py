@@ -285,7 +285,7 @@ def test_config_json_path(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     model = load_model(str(path), seq_len=4)
-    assert model.source == "config prefill seq_len=4 layers=1"
+    assert model.source == f"{path} prefill seq_len=4 layers=1"  # the path as given, not its base name
     assert model.model_hash == load_model("qwen3-tiny", seq_len=4).model_hash
     path.write_text(json.dumps({**config, "model_type": "gpt2"}))
     with pytest.raises(

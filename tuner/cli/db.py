@@ -46,7 +46,8 @@ def stats_command(
 @db_app.command("best")
 def best_command(
     model: Annotated[str | None, typer.Option(
-        help="A model as given to `tune run` (or its hash): its workloads.")] = None,
+        help="A model as given to `tune run` (a config or ONNX path in any spelling, a built-in name), "
+             "a model or content hash, or a prefix of one of at least 8 hex digits: its workloads.")] = None,
     workload: Annotated[str | None, typer.Option(help="A workload hash or a prefix of one.")] = None,
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -54,12 +55,17 @@ def best_command(
     """The best measured schedule per workload and target (median seconds, GFLOP/s, trials)."""
     from database import sha256_text
 
+    from ..model_ref import ModelLookupError, resolve_model
     from .errors import fail
 
     if model is None and workload is None:
         fail("name what to show: --model MODEL or --workload HASH")
     with existing_database(db) as database:
-        workloads = database.find_workloads(model=model, workload=workload)
+        try:
+            hashes = None if model is None else resolve_model(database.recorded_models(), model)
+        except ModelLookupError as exc:
+            fail(str(exc))
+        workloads = database.find_workloads(model_hashes=hashes, workload=workload)
         rows = []
         for target in database.targets():
             for w in workloads:
