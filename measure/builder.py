@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import tvm
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-from .lifetime import bind_tvm_pools
+from .lifetime import bind_tvm_pools, die_on_sigint
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,17 @@ def _build_one(mod: tvm.IRModule, *, target: tvm.target.Target) -> tuple[str, fl
     return path, time.perf_counter() - start
 
 
+def _start_process(target: tvm.target.Target, warm_up: bool) -> None:
+    """Set a pool process up (TVM's ``PopenWorker`` initializer): SIGINT ends it quietly; warm it up if asked."""
+    die_on_sigint()
+    if warm_up:
+        _warm_up(target)
+
+
 def _warm_up(target: tvm.target.Target) -> None:
     """Import the builder's modules and compile a tiny kernel, so a candidate's timeout counts only its own build.
 
-    Runs once per pool process, untimed (TVM's ``PopenWorker`` initializer).
+    Runs once per pool process, untimed (from TVM's ``PopenWorker`` initializer).
     """
     from tvm import te
 
@@ -87,15 +94,10 @@ class Builder:
         """Build each module (a scheduled kernel as ``main``); one result per module, in order."""
         if not mods:
             return []
-        if self._pool is None or self._built >= self.recycle_after:
-            self.close()
-            bind_tvm_pools()  # the build processes end with this process
-            self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_s,
-                                           initializer=_warm_up if self.warm_up else None, initargs=(self.target,))
-            self._built = 0
+        pool = self._ready_pool()
         self._built += len(mods)
         results = []
-        for item in self._pool.map_with_error_catching(functools.partial(_build_one, target=self.target), mods):
+        for item in pool.map_with_error_catching(functools.partial(_build_one, target=self.target), mods):
             if item.status == StatusKind.COMPLETE:
                 results.append(BuildResult(item.value[0], None, item.value[1]))
             elif item.status == StatusKind.TIMEOUT:
@@ -103,6 +105,16 @@ class Builder:
             else:
                 results.append(BuildResult(None, f"build error: {item.value}"))
         return results
+
+    def _ready_pool(self) -> PopenPoolExecutor:
+        """The pool of build processes, started (again, once ``recycle_after`` builds are done) if need be."""
+        if self._pool is None or self._built >= self.recycle_after:
+            self.close()
+            bind_tvm_pools()  # the build processes end with this process
+            self._pool = PopenPoolExecutor(max_workers=self.workers, timeout=self.timeout_s,
+                                           initializer=_start_process, initargs=(self.target, self.warm_up))
+            self._built = 0
+        return self._pool
 
     def close(self) -> None:
         """Stop the build processes."""

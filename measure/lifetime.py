@@ -11,6 +11,11 @@ is bound to its parent here, so that it is killed (SIGKILL) when the parent ends
 * :func:`bind_tvm_pools` makes TVM's ``PopenWorker`` (the build and run pools)
   start its processes with :func:`popen`.
 
+A Ctrl-C in a terminal sends SIGINT to the whole foreground process group, these
+children included. Each child Python process calls :func:`die_on_sigint` first, so
+SIGINT ends it at once and quietly: no ``KeyboardInterrupt``, no atexit handlers
+(whose tracebacks a second interrupt would print), while the parent stops in order.
+
 The tracker (:mod:`measure.tracker`) serves in its own process, with no child.
 
 On Linux the kernel delivers the signal (``prctl(PR_SET_PDEATHSIG)``), even while
@@ -72,6 +77,15 @@ def die_with(parent_pid: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return
     threading.Thread(target=_watch, args=(parent_pid,), name="die-with-parent", daemon=True).start()
+
+
+def die_on_sigint() -> None:
+    """Let SIGINT end the calling process at once, as the system's default action does.
+
+    No ``KeyboardInterrupt`` is raised and no atexit handler runs. Call it first in a
+    child Python process (a pool's initializer, a service's ``main``).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class _Spawner:

@@ -37,7 +37,7 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from database.status import MeasureStatus
 
 from .builder import BuildResult
-from .lifetime import bind_tvm_pools
+from .lifetime import bind_tvm_pools, die_on_sigint
 from .measurement import NO_WORKER, RUN_FAILED, KernelReference, measure_candidates
 from .protocol import MeasureConfig, first_line
 from .rpc import TrackerAddress, TrackerError, queue_status, workers_for_key
@@ -195,7 +195,7 @@ class Runner:
             # When it strikes, every candidate of the task is a timeout.
             limit = self.config.device_wait_s + self.config.timeout_s + 30.0
             bind_tvm_pools()  # the client processes end with this process
-            self._pool = PopenPoolExecutor(max_workers=slots, timeout=limit)
+            self._pool = PopenPoolExecutor(max_workers=slots, timeout=limit, initializer=die_on_sigint)
             self._slots = slots
 
     def _outcomes(self, future, size: int) -> list[RunResult]:

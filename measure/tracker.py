@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
+
+from .lifetime import die_on_sigint
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port-end", type=int, default=9199, help="end of the port range")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the serving thread never ends: a signal ends the process
+    die_on_sigint()  # the serving thread never ends: a signal ends the process
     from tvm.rpc.tracker import PopenTrackerServerState
 
     PopenTrackerServerState(args.host, args.port, args.port_end).thread.join()

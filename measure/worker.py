@@ -26,7 +26,7 @@ import logging
 import socket
 import time
 
-from .lifetime import bind_forks
+from .lifetime import bind_forks, die_on_sigint
 
 logger = logging.getLogger("measure.worker")
 
@@ -106,7 +106,8 @@ def serve(tracker: tuple[str, int], key: str, host: str = "127.0.0.1", port: int
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Parse the command line and serve."""
+    """Parse the command line and serve (SIGINT or SIGTERM ends the process at once)."""
+    die_on_sigint()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tracker", required=True, help="tracker HOST:PORT")
     parser.add_argument("--key", required=True, help="RPC key of this device's pool")

@@ -67,8 +67,15 @@ def fail(message: str, code: int = 1) -> None:
 
 
 def main_guard(app: typer.Typer) -> None:
-    """Run the app; turn every escaping exception into one line and an exit code."""
+    """Run the app; turn every escaping exception into one line and an exit code.
+
+    TVM's native log lines are kept off the terminal (:mod:`tuner.cli.native_log`)
+    for the rest of the process, unless ``TUNE_DEBUG`` is set.
+    """
+    from . import native_log
+
     logging.getLogger("tvm").setLevel(logging.WARNING)
+    native_log.divert()
     try:
         code = app(standalone_mode=False)  # returns the exit code of typer.Exit
         if code == 130:  # typer's word for a KeyboardInterrupt
@@ -91,7 +98,9 @@ def main_guard(app: typer.Typer) -> None:
         if isinstance(err, expected_errors()):
             typer.echo(f"error: {_one_line(err)}", err=True)
             sys.exit(1)
-        typer.echo(f"error: internal {type(err).__name__}: {_one_line(err)} (TUNE_DEBUG=1 shows the traceback)",
+        log = native_log.save_tail()
+        where = f"; TVM's native log: {log}" if log else ""
+        typer.echo(f"error: internal {type(err).__name__}: {_one_line(err)} (TUNE_DEBUG=1 shows the traceback{where})",
                    err=True)
         sys.exit(2)
 

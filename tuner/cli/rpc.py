@@ -38,9 +38,14 @@ def _serve(args: list[str], restart: bool = False) -> None:
 
     With ``restart``, a process that dies on its own (killed, out of memory) is
     started again after a second. The process (and its own children) ends when
-    this one ends, whatever signal ends it.
+    this one ends, whatever signal ends it. Its standard error, TVM's native log
+    lines included, is the terminal's: operators read a service's log.
     """
     from measure.lifetime import popen
+
+    from . import native_log
+
+    native_log.restore()
 
     stopping = []
     proc = None
