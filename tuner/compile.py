@@ -15,6 +15,7 @@ import gc
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -148,32 +149,56 @@ class ProgramRun:
 
 def run_on_worker(
     artifacts: list[str], args: list[np.ndarray], tracker: TrackerAddress, key: str, config: MeasureConfig,
-    num_inputs: list[int | None] | None = None,
+    num_inputs: list[int | None] | None = None, between: Callable[[int], None] | None = None,
 ) -> list[ProgramRun]:
     """Upload each artifact to one worker of ``key``, run ``main(*args)`` once for its outputs, then time it.
 
-    All artifacts run in one session on the same device, one after the other.
-    Timing uses ``time_evaluator`` with the protocol's ``number``, ``repeat`` and
-    ``min_repeat_ms``; outputs come from a separate first run, whose wall time
-    (round trip included) bounds the repeats of a slow program
-    (:func:`program_repeats`). ``num_inputs[i]``,
-    when not None, says artifact ``i`` was built from :func:`prepare_weights` with
-    that many activations: its ``transform_weights`` runs once on ``args[n:]``
-    before, and outside, the timing.
+    All artifacts run in one session on the same device. Outputs come from a
+    separate first run of each, whose wall time (round trip included) bounds the
+    repeats of a slow program (:func:`program_repeats`). The timing is
+    interleaved, so that a machine whose load changes meanwhile slows every
+    program alike: in round ``r`` each program still owed a repeat is timed for
+    one repeat (``time_evaluator`` with the protocol's ``number`` and
+    ``min_repeat_ms``, after its one untimed call), one program after the other,
+    then ``between(r)`` runs in this process (the caller times PyTorch eager
+    there). ``num_inputs[i]``, when not None, says artifact ``i`` was built from
+    :func:`prepare_weights` with that many activations: its ``transform_weights``
+    runs once on ``args[n:]`` before, and outside, the timing.
     """
     session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(
         key, session_timeout=config.timeout_s * 10
     )
     splits = num_inputs or [None] * len(artifacts)
     try:
-        return [_run_program(session, a, args, config, n) for a, n in zip(artifacts, splits, strict=True)]
+        loaded = [_load_program(session, a, args, config, n) for a, n in zip(artifacts, splits, strict=True)]
+        times: list[list[float]] = [[] for _ in loaded]
+        for r in range(max(p.repeat for p in loaded)):
+            for p, t in zip(loaded, times):
+                if r < p.repeat:
+                    t.append(float(p.timer("main").results[0]))
+            if between is not None:
+                between(r)
+        for p in loaded:
+            session.remove(p.name)
+        return [ProgramRun(p.outputs, tuple(t)) for p, t in zip(loaded, times)]
     finally:
         del session
         gc.collect()  # the RPC session (and the worker it holds) ends when its last reference goes
 
 
-def _run_program(session, artifact: str, args: list[np.ndarray], config: MeasureConfig,
-                 num_inputs: int | None) -> ProgramRun:
+@dataclass
+class _Loaded:
+    """A program loaded on the worker: its uploaded file name, first outputs, repeats owed and timer."""
+
+    name: str
+    outputs: tuple[np.ndarray, ...]
+    repeat: int
+    timer: Callable
+    vm: object
+
+
+def _load_program(session, artifact: str, args: list[np.ndarray], config: MeasureConfig,
+                  num_inputs: int | None) -> _Loaded:
     name = os.path.basename(artifact)
     session.upload(artifact, name)
     dev = session.cpu()
@@ -188,12 +213,9 @@ def _run_program(session, artifact: str, args: list[np.ndarray], config: Measure
     vm.invoke_stateful("main")
     outputs = tuple(a.numpy() for a in _flatten(vm.get_outputs("main")))
     repeat = program_repeats(config, time.perf_counter() - start)
-    timer = vm.time_evaluator(
-        "invoke_stateful", dev, number=config.number, repeat=repeat, min_repeat_ms=config.min_repeat_ms
-    )
-    times = tuple(float(t) for t in timer("main").results)
-    session.remove(name)
-    return ProgramRun(outputs, times)
+    timer = vm.time_evaluator("invoke_stateful", dev, number=config.number, repeat=1,
+                              min_repeat_ms=config.min_repeat_ms)
+    return _Loaded(name, outputs, repeat, timer, vm)
 
 
 def _flatten(value) -> list:

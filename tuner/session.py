@@ -47,6 +47,7 @@ from .cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .cost_model.roofline import RooflineCostModel
 from .cost_model.store import load_warm_model, other_feature_versions, save_model
 from .kernels import Kernel, kernels_of, lower_to_kernels
+from .load import LoadSampler, load_report
 from .model_ref import record_session
 from .options import RunOptions, TuneError
 from .progress import Progress
@@ -94,6 +95,8 @@ class RunSummary:
     ``estimated`` by the calibrated roofline. ``measured_trials`` counts the
     session's trials (measurements of candidates, any status), ``confirm_measurements``
     its re-measurements of the kernels' leaders (:mod:`tuner.search.confirm`).
+    ``load_average`` is :func:`tuner.load.load_report`: the largest 1-minute load
+    average while tuning and while timing, and the cores the run may use.
     """
 
     session_id: int
@@ -111,6 +114,7 @@ class RunSummary:
     programs_timed: list[dict] = field(default_factory=list)
     repriced: dict | None = None
     confirm_measurements: int = 0
+    load_average: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
         """The summary as plain JSON values (what ``--json`` prints)."""
@@ -178,6 +182,8 @@ class TuneRun:
                                           confirm_top=options.confirm_top)
         self._stop = threading.Event()
         self._phase = "prepare"  # "prepare", "tune" or "finish": what a stop signal lets complete
+        self._tuning_load = LoadSampler()
+        self._timing_load = LoadSampler()
 
     def run(self) -> RunSummary:
         """Tune, compile, verify and time; see the module docstring.
@@ -296,19 +302,20 @@ class TuneRun:
                 new_trials.update({h: outcome.measured_now for h, outcome in outcomes.items()})
 
             self._phase = "tune"
-            tune(workloads)
-            # Extraction again, each GEMM-like e-node priced by its tuned kernel: a program
-            # that mixes what each candidate did best; its new kernels are tuned too.
-            known = repriced = None
-            if o.reprice:
-                repriced, known = self._add_repriced(db, model, example, exploration, graphs, cand_info,
-                                                     spaces, target_rec, trainer)
-                if repriced["added"]:
-                    new = self._workloads(db, graphs[-1:], workloads)
-                    spaces.update({h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in new.items()})
-                    workloads.update(new)
-                    tune(new)
-            tuner.measurer.release()
+            with self._tuning_load:  # the load average while tuning, for the summary
+                tune(workloads)
+                # Extraction again, each GEMM-like e-node priced by its tuned kernel: a program
+                # that mixes what each candidate did best; its new kernels are tuned too.
+                known = repriced = None
+                if o.reprice:
+                    repriced, known = self._add_repriced(db, model, example, exploration, graphs, cand_info,
+                                                         spaces, target_rec, trainer)
+                    if repriced["added"]:
+                        new = self._workloads(db, graphs[-1:], workloads)
+                        spaces.update({h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in new.items()})
+                        workloads.update(new)
+                        tune(new)
+                tuner.measurer.release()
             tracker, key = tuner.address, tuner.key
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
@@ -344,6 +351,7 @@ class TuneRun:
             programs_timed=[{"term_hash": c.term_hash, "rewrites": list(c.rewrites),
                              "predicted_latency_s": prices[c.term_hash], "measured_latency_s": t} for c, t in timed],
             repriced=repriced,
+            load_average=load_report(self._tuning_load, self._timing_load),
         )
 
     def _add_candidate(self, db, model, example, cand, graphs: list, cand_info: list) -> bool:
@@ -438,6 +446,13 @@ class TuneRun:
     def _compile_and_time(self, model, target, ranked, spaces, choices, tracker, key, session_id):
         """Build the cheapest programs of ``ranked`` and TVM's default build, time them in one worker session.
 
+        The contenders are timed interleaved, round by round (:func:`tuner.compile.run_on_worker`):
+        in each round one repeat of every candidate program and of the default build on
+        the worker, one after the other, then PyTorch eager in this process (enough calls
+        a round for at least 5 in all, after 2 untimed calls in the first), so a change
+        of the machine's load meanwhile slows each contender alike; each figure is the
+        median of its repeats. The 1-minute load average is sampled meanwhile.
+
         Returns ``(timed, latency, artifact, max_abs_error)``: ``timed`` pairs each
         program's candidate with its measured seconds; ``latency`` holds the fastest
         one's (``tuned``), the default build's and PyTorch eager's seconds; the
@@ -462,9 +477,18 @@ class TuneRun:
         args = list(model.inputs) + list(model.params)
         with self.progress.status("building TVM's default program"):
             default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
-        with self.progress.status("timing the candidate programs and the default program on the worker"):
+        eager: list[float] = []
+        between = None
+        if model.has_torch:
+            per_round = -(-max(o.repeat, 5) // o.repeat)  # at least 5 eager calls in all
+
+            def between(r: int) -> None:
+                eager.extend(model.torch_eager(repeat=per_round, warmup=2 if r == 0 else 0))
+
+        what = "the programs and PyTorch eager, interleaved" if model.has_torch else "the programs, interleaved"
+        with self.progress.status(f"timing {what}"), self._timing_load:
             *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config,
-                                           [prepared_inputs(fused) for _, fused, _ in ranked] + [None])
+                                           [prepared_inputs(fused) for _, fused, _ in ranked] + [None], between)
         for what, run in [(f"program {c.term_hash[:10]}", r) for (c, _, _), r in zip(ranked, runs)] + [
                 ("TVM's default program", default)]:
             if len(run.times_s) < o.repeat:
@@ -480,10 +504,7 @@ class TuneRun:
         if len(runs) > 1:
             self.progress.note("programs timed end to end: " + ", ".join(
                 f"{c.term_hash[:10]}={r.median_s * 1e3:.3f} ms" for (c, _, _), r in zip(ranked, runs)))
-        torch_s = None
-        if model.has_torch:
-            with self.progress.status("timing PyTorch eager"):
-                torch_s = float(np.median(model.torch_eager(repeat=max(o.repeat, 5))))
+        torch_s = float(np.median(eager)) if eager else None
         timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
         return timed, latency, paths[fastest], errors[fastest]

@@ -54,6 +54,8 @@ def test_summary_has_every_figure(prefill_runs):
         assert kernel["latency_s"] <= kernel["default_latency_s"]
     assert summary["max_abs_error"] < 1e-3
     assert os.path.exists(summary["artifact"])
+    load = summary["load_average"]
+    assert load["cpus"] >= 1 and load["tuning_max"] >= 0 and load["timing"] >= 0
 
 
 def test_egraph_rewrites_fire_and_candidates_are_checked(prefill_runs):
