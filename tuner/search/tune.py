@@ -169,6 +169,7 @@ class Tuner:
         db, th, trials = self.db, self.target.target_hash, self.search.trials
         wh = kernel.workload.workload_hash
         db.add_workload(kernel.workload)
+        self.measurer.trials = trials  # the claims' budget follows ``search``, which a caller may replace
         measured, history, discounted = resume_state(db, wh, th)
 
         def measure(k: Kernel, batch: list[ScheduleCandidate]) -> list[MeasureRecord]:
