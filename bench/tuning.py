@@ -143,7 +143,6 @@ class OurTuner:
         """Tune into the database at ``db_url`` from now on (the previous one is closed)."""
         self._close_db(SessionStatus.FINISHED)
         self.db = open_database(db_url)
-        self.db.add_target(self.target_rec)
         self.session_id = self.db.start_session({"bench": True}, "bench", "bench")
         self._tuner.open(self.db, self.session_id)
         return self
