@@ -189,7 +189,8 @@ def median_time(call: Callable[[int], object], variants: int, repeat: int = 7, m
 
 
 def median_times(calls: dict[str, Callable[[int], object]], variants: int, repeat: int = 7,
-                 min_repeat_s: float = 0.05, settle_s: float = SETTLE_S) -> dict[str, float]:
+                 min_repeat_s: float = 0.05, settle_s: float = SETTLE_S,
+                 between: Callable[[int], None] | None = None) -> dict[str, float]:
     """Median seconds of one call of each contender, the same protocol for every one, interleaved.
 
     ``calls[name](i)`` runs the operation on argument set ``i`` (``0 <= i < variants``);
@@ -202,8 +203,10 @@ def median_times(calls: dict[str, Callable[[int], object]], variants: int, repea
     contender before it have stopped spinning: OpenBLAS's idle threads busy-wait
     for about 2^28 cycles (its ``THREAD_TIMEOUT``, a fraction of a second) and would
     take a core from the next contender (see docs/decisions.md, "Benchmark timer: the
-    contenders settle between turns"). Returns each contender's median over
-    ``repeat`` repeats of (repeat time / calls).
+    contenders settle between turns"). After each round ``between(r)`` runs, when
+    given: contenders timed in processes of their own take their turn there
+    (:meth:`tuner.contender.Contenders.time_round`). Returns each contender's median
+    over ``repeat`` repeats of (repeat time / calls).
     """
     names = list(calls)
     number = {}
@@ -224,6 +227,8 @@ def median_times(calls: dict[str, Callable[[int], object]], variants: int, repea
             for n in range(n_calls):
                 call(n % variants)
             times[name].append((time.perf_counter() - start) / n_calls)
+        if between is not None:
+            between(r)
     return {name: statistics.median(t) for name, t in times.items()}
 
 

@@ -94,10 +94,12 @@ def _roofline(plt, data: dict):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.loglog(x, np.minimum(peak, bw * x) / 1e9, "k-",
               label=f"roofline ({peak / 1e9:.0f} GFLOP/s, {bw / 1e9:.0f} GB/s)")
-    for who, marker in (("ours", "o"), ("numpy", "s"), ("torch", "^")):
+    names = {"ours": "ours", "numpy": "numpy", "torch": "PyTorch", "fastest": "fastest library of the row"}
+    for who, marker in (("ours", "o"), ("numpy", "s"), ("torch", "^"), ("fastest", "x")):
         xs = [p["intensity"] for p in points if p.get(who)]
         ys = [p[who] / 1e9 for p in points if p.get(who)]
-        ax.scatter(xs, ys, marker=marker, label=who if who != "torch" else "PyTorch", zorder=3)
+        if xs:
+            ax.scatter(xs, ys, marker=marker, label=names[who], zorder=3)
     # kernels of about the same intensity are labelled in one column, each label tied to its point by a line
     labelled = sorted((p for p in points if p.get("ours")), key=lambda p: (p["intensity"], -p["ours"]))
     clusters: list[list[dict]] = []

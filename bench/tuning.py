@@ -27,6 +27,7 @@ import tvm
 
 from database import CandidateRecord, MeasureRecord, MeasureStatus, SessionStatus, open_database
 from measure import MeasureConfig
+from measure.roofline import llc_bytes
 from measure.tvmapi import apply_trace
 from tuner.cost_model.node_prices import node_kernel
 from tuner.cost_model.store import load_warm_model, save_model
@@ -242,20 +243,10 @@ class MatmulData:
     def __init__(self, shape: MatmulShape, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
         self.shape = shape
-        self.variants = variants_for(4 * shape.k * shape.n, max(64 << 20, 2 * _llc_bytes()))
+        self.variants = variants_for(4 * shape.k * shape.n, max(64 << 20, 2 * llc_bytes()))
         self.x = rng.uniform(-1, 1, (shape.m, shape.k)).astype("float32")
         self.ws = [rng.uniform(-1, 1, (shape.k, shape.n)).astype("float32") for _ in range(self.variants)]
         self.expected = self.x @ self.ws[0]
-
-
-def _llc_bytes() -> int:
-    sizes = []
-    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
-        try:
-            sizes.append(int(os.sysconf(name)))
-        except (ValueError, OSError):
-            pass
-    return max([s for s in sizes if s > 0] or [32 << 20])
 
 
 def tvm_call(func, data: MatmulData, packed: bool = False) -> Callable[[int], object]:

@@ -46,7 +46,7 @@ from .imported import (
     stable_hash,
 )
 
-__all__ = ["ARCHITECTURES", "DecoderLayers", "decoder_flops", "load_decoder"]
+__all__ = ["ARCHITECTURES", "DecoderLayers", "build_decoder", "decoder_flops", "load_decoder"]
 
 ARCHITECTURES: dict[str, tuple[type, type, type]] = {
     "qwen3": (Qwen3Config, Qwen3DecoderLayer, Qwen3RotaryEmbedding),
@@ -177,12 +177,22 @@ def _quiet_transformers():
         hf_logging.set_verbosity(level)
 
 
-def load_decoder(
-    path: Path, label: str, data: dict, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
-) -> ImportedModel:
-    """Build, export and import decoder layers; see :func:`extract.frontend.load_model`.
+def build_decoder(
+    path: Path, data: dict, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
+) -> tuple[DecoderLayers, dict[str, np.ndarray]]:
+    """The seeded PyTorch decoder layers and example inputs of :func:`load_decoder`, without the export.
 
-    ``data`` is the config file at ``path`` as :func:`extract.config.read_config` returned it.
+    Returns ``(module, arrays)``: ``module`` in eval mode, float32, its attention
+    implementation set for the export (``"eager"``; callers that time it set
+    ``module.config._attn_implementation = "sdpa"``, transformers' default), and
+    ``arrays`` the float32 inputs by name (``hidden_states``, then ``past_key_{i}``,
+    ``past_value_{i}`` per layer for the stages with a KV cache). The same ``seed``
+    gives the same weights and inputs as :func:`load_decoder`.
+
+    Raises
+    ------
+    ModelImportError
+        A config transformers refuses or sizes beyond the config's limits.
     """
     config_cls = ARCHITECTURES[data["model_type"]][0]
 
@@ -220,6 +230,20 @@ def load_decoder(
     for i in range(layers if past else 0):
         arrays[f"past_key_{i}"] = rng.standard_normal(kv_shape, np.float32)
         arrays[f"past_value_{i}"] = rng.standard_normal(kv_shape, np.float32)
+    return module, arrays
+
+
+def load_decoder(
+    path: Path, label: str, data: dict, *, stage: str, seq_len: int, kv_len: int, layers: int, seed: int
+) -> ImportedModel:
+    """Build, export and import decoder layers; see :func:`extract.frontend.load_model`.
+
+    ``data`` is the config file at ``path`` as :func:`extract.config.read_config` returned it.
+    """
+    module, arrays = build_decoder(path, data, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers,
+                                   seed=seed)
+    config = module.config
+    new_tokens, past = stage_tokens(stage, seq_len, kv_len)
     shapes = {"prefill": {"seq_len": seq_len}, "decode": {"kv_len": kv_len}}.get(
         stage, {"seq_len": seq_len, "kv_len": kv_len}
     )

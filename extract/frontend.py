@@ -33,6 +33,7 @@ __all__ = [
     "import_model",
     "known_models",
     "load_model",
+    "torch_module",
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -128,6 +129,28 @@ def import_model(source: ModelSource, *, stage: str = "prefill", seq_len: int = 
         layers=int(layers),
         seed=seed,
     )
+
+
+def torch_module(source: ModelSource, *, stage: str = "prefill", seq_len: int = 128, kv_len: int = 512,
+                 layers: int = 1, seed: int = 0):
+    """The PyTorch module of a config model and its example inputs, without the Relax import.
+
+    The same weights and inputs as :func:`import_model` with the same arguments
+    (:func:`extract.decoder.build_decoder`). Returns ``(module, arrays)``: a
+    ``torch.nn.Module`` whose ``forward(hidden_states, **past)`` returns the hidden
+    states and the KV cache, and the float32 inputs by name, ``hidden_states`` first.
+
+    Raises
+    ------
+    ModelImportError
+        For an ONNX file (it has no PyTorch module), or as :func:`import_model`.
+    """
+    if source.kind == "onnx":
+        raise ModelImportError(f"{source.label} is an ONNX file: it has no PyTorch module")
+    from . import decoder
+
+    return decoder.build_decoder(source.path, source.config, stage=stage, seq_len=int(seq_len), kv_len=int(kv_len),
+                                 layers=int(layers), seed=seed)
 
 
 @dataclass(frozen=True)

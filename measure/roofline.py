@@ -120,8 +120,8 @@ def _copy_kernel(n: int, cores: int):
     return copy
 
 
-def _llc_bytes() -> int:
-    """The largest cache size the OS reports (bytes), or 32 MiB when it reports none."""
+def llc_bytes() -> int:
+    """The largest cache size the OS reports (bytes, ``sysconf`` level 3 then 2), or 32 MiB when it reports none."""
     sizes = []
     for name in ("LEVEL3_CACHE_SIZE", "LEVEL2_CACHE_SIZE"):
         try:
@@ -151,7 +151,7 @@ def measure_bandwidth(cores: int | None = None, repeat: int = 5) -> float:
     import tvm
 
     cores = cores or os.cpu_count() or 1
-    n_bytes = max(_MIN_STREAM_BYTES, 4 * _llc_bytes())
+    n_bytes = max(_MIN_STREAM_BYTES, 4 * llc_bytes())
     per_core = -(-n_bytes // 4 // cores // _STREAM_VECTOR)
     n = per_core * cores * _STREAM_VECTOR
     fn = _build(_copy_kernel(n, cores), _host_target(cores))

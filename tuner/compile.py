@@ -57,7 +57,15 @@ def program_repeats(config: MeasureConfig, first_run_s: float, budget_s: float =
 
 
 class VerificationError(RuntimeError):
-    """A compiled program whose outputs differ from the reference."""
+    """A compiled program whose outputs differ from the reference.
+
+    ``max_abs_error`` is the largest absolute difference found (None when the outputs'
+    count or shapes differ, so that no element-wise comparison was made).
+    """
+
+    def __init__(self, message: str, max_abs_error: float | None = None) -> None:
+        super().__init__(message)
+        self.max_abs_error = max_abs_error
 
 
 def prepare_weights(mod: tvm.IRModule) -> tvm.IRModule:
@@ -218,6 +226,30 @@ def _load_program(session, artifact: str, args: list[np.ndarray], config: Measur
     return _Loaded(name, outputs, repeat, timer, vm)
 
 
+def local_program(artifact: str, args: list[np.ndarray], num_inputs: int) -> Callable[[], list]:
+    """A contender build (:mod:`tuner.contender`) of a program's artifact, run in this process on ``tvm.cpu()``.
+
+    ``args`` are the activations (``num_inputs`` of them) then the weights, as
+    :func:`run_on_worker` takes them; when the program has a ``transform_weights``
+    function (:func:`prepare_weights`) it runs once here, outside the calls. The
+    returned call runs ``main`` once and returns its outputs as TVM tensors (no copy).
+    """
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(tvm.runtime.load_module(artifact), dev)
+    tensors = [tvm.runtime.tensor(np.ascontiguousarray(a), device=dev) for a in args]
+    if vm.module.implements_function(TRANSFORM_WEIGHTS):
+        vm.set_input(TRANSFORM_WEIGHTS, *tensors[num_inputs:])
+        vm.invoke_stateful(TRANSFORM_WEIGHTS)
+        tensors = tensors[:num_inputs] + list(vm.get_outputs(TRANSFORM_WEIGHTS))
+    vm.set_input("main", *tensors)
+
+    def call() -> list:
+        vm.invoke_stateful("main")
+        return _flatten(vm.get_outputs("main"))
+
+    return call
+
+
 def _flatten(value) -> list:
     if isinstance(value, tuple | list):
         return [x for item in value for x in _flatten(item)]
@@ -241,6 +273,6 @@ def verify(outputs: tuple[np.ndarray, ...], reference: tuple[np.ndarray, ...], r
             raise VerificationError(f"output {i} has shape {got.shape}, the reference {ref.shape}")
         err = float(np.max(np.abs(got.astype(np.float64) - ref))) if got.size else 0.0
         if not np.allclose(got, ref, rtol=rtol, atol=atol):
-            raise VerificationError(f"output {i} differs from the reference (max abs error {err:.3g})")
+            raise VerificationError(f"output {i} differs from the reference (max abs error {err:.3g})", err)
         worst = max(worst, err)
     return worst

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PEERS = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "onnxruntime")
+"""Every peer's name (:mod:`tuner.peers`), the keys they take in ``tune run --json``'s ``latency_s``."""
+
 
 class TuneError(RuntimeError):
     """A run that cannot go on (every candidate of a workload failed, a bad option)."""
@@ -42,6 +45,8 @@ class RunOptions:
     confirm_top: int = 3
     seed: int = 0
     artifact_dir: str = "tune-artifacts"
+    #: peers timed beside the tuned program (:mod:`tuner.peers`); ``()``: ``--no-peers``; one not installed is skipped
+    peers: tuple[str, ...] = ("torch_compile", "onnxruntime")
 
     def __post_init__(self) -> None:
         if self.trials < 0:
@@ -54,6 +59,8 @@ class RunOptions:
             raise TuneError(f"--candidates must be at least 1, got {self.max_candidates}")
         if self.measure_top < 1:
             raise TuneError(f"--measure-top must be at least 1, got {self.measure_top}")
+        if unknown := [p for p in self.peers if p not in PEERS]:
+            raise TuneError(f"unknown peer {unknown[0]!r}; expected some of {', '.join(PEERS)}")
         for flag, value in (("--seq-len", self.seq_len), ("--kv-len", self.kv_len), ("--layers", self.layers)):
             if value < 1:
                 raise TuneError(f"{flag} must be at least 1, got {value}")

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .load import busy_warning, load_line
+from .peers import LABELS
 from .progress import fmt_us
 from .session import RunSummary
 
@@ -16,6 +17,22 @@ def _ms(seconds: float | None) -> str:
 
 def _us(seconds: float | None) -> str:
     return fmt_us(seconds) if seconds is not None else "-"
+
+
+def peer_line(summary: RunSummary) -> str | None:
+    """The fastest peer that was timed and how the tuned program compares, plus any peer not timed and why;
+    None when no peer was built (``--no-peers``, or a model without a PyTorch module)."""
+    if not summary.peers:
+        return None
+    lat = summary.latency_s
+    timed = [p for p in summary.peers if lat.get(p["name"])]
+    parts = []
+    if timed:
+        best = min(timed, key=lambda p: lat[p["name"]])
+        ratio = f" ({lat[best['name']] / lat['tuned']:.2f}x the tuned program's time)" if lat.get("tuned") else ""
+        parts.append(f"fastest peer: {LABELS[best['name']]} {_ms(lat[best['name']])} ms{ratio}")
+    parts += [f"{LABELS[p['name']]}: {p['status']} ({p['error']})" for p in summary.peers if p["status"] != "ok"]
+    return "; ".join(parts)
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:
@@ -34,11 +51,14 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     e2e = Table(title="end-to-end latency (median over repeats)")
     for col in ("program", "ms", "vs tuned"):
         e2e.add_column(col, justify="left" if col == "program" else "right")
-    for name, label in (("tuned", "tuned (this run)"), ("tvm_default", "TVM default build"),
-                        ("torch_eager", "PyTorch eager")):
+    rows = [("tuned", "tuned (this run)"), ("tvm_default", "TVM default build"), ("torch_eager", "PyTorch eager")]
+    rows += [(p["name"], LABELS[p["name"]]) for p in summary.peers]
+    for name, label in rows:
         ratio = f"{lat[name] / lat['tuned']:.2f}x" if lat.get(name) and lat.get("tuned") else "-"
         e2e.add_row(label, _ms(lat.get(name)), ratio)
     console.print(e2e)
+    if line := peer_line(summary):
+        console.print(line, markup=False)
     if summary.load_average:
         console.print(load_line(summary.load_average))
         if warning := busy_warning(summary.load_average):

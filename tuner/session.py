@@ -12,6 +12,7 @@ import signal
 import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
 from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
 from measure import LOCAL_KEY, MeasureConfig, parse_tracker, wait_for_key
+from measure.threads import physical_cores
 
 from .choose import price_programs
 from .compile import (
@@ -43,6 +45,7 @@ from .compile import (
     run_on_worker,
     verify,
 )
+from .contender import Contenders
 from .cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .cost_model.roofline import RooflineCostModel
 from .cost_model.store import load_warm_model, other_feature_versions, save_model
@@ -50,6 +53,7 @@ from .kernels import Kernel, kernels_of, lower_to_kernels
 from .load import LoadSampler, load_report
 from .model_ref import record_session
 from .options import RunOptions, TuneError
+from .peers import installed, layer_peer
 from .progress import Progress
 from .search.search import ModelTrainer, SearchConfig
 from .search.tune import Tuner
@@ -95,6 +99,11 @@ class RunSummary:
     ``estimated`` by the calibrated roofline. ``measured_trials`` counts the
     session's trials (measurements of candidates, any status), ``confirm_measurements``
     its re-measurements of the kernels' leaders (:mod:`tuner.search.confirm`).
+    ``latency_s`` holds the seconds of ``tuned``, ``tvm_default``, ``torch_eager`` and of
+    each peer ``--peers`` names (:mod:`tuner.peers`: ``torch_compile``, ``onnxruntime``
+    by default), None for a peer not installed, not checked equal to the reference or
+    failed, and for every peer with ``--no-peers``; ``peers`` gives each peer that was
+    built its status, compile time and error (:meth:`tuner.contender.ContenderResult.as_json`).
     ``load_average`` is :func:`tuner.load.load_report`: the largest 1-minute load
     average while tuning and while timing, and the cores the run may use.
     """
@@ -114,6 +123,7 @@ class RunSummary:
     programs_timed: list[dict] = field(default_factory=list)
     repriced: dict | None = None
     confirm_measurements: int = 0
+    peers: list[dict] = field(default_factory=list)
     load_average: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
@@ -324,8 +334,8 @@ class TuneRun:
             ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer, known)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
-            timed, latency, artifact, err = self._compile_and_time(model, target.target, ranked[:o.measure_top], spaces,
-                                                                   choices, tracker, key, session_id)
+            timed, latency, artifact, err, peers = self._compile_and_time(
+                model, target.target, ranked[:o.measure_top], spaces, choices, tracker, key, session_id)
         for c, measured in timed:
             db.update_graph_latency(_graph_hash(model.model_hash, c.term_text), predicted=prices[c.term_hash],
                                     measured=measured)
@@ -351,6 +361,7 @@ class TuneRun:
             programs_timed=[{"term_hash": c.term_hash, "rewrites": list(c.rewrites),
                              "predicted_latency_s": prices[c.term_hash], "measured_latency_s": t} for c, t in timed],
             repriced=repriced,
+            peers=peers,
             load_average=load_report(self._tuning_load, self._timing_load),
         )
 
@@ -485,16 +496,32 @@ class TuneRun:
             def between(r: int) -> None:
                 eager.extend(model.torch_eager(repeat=per_round, warmup=2 if r == 0 else 0))
 
-        what = "the programs and PyTorch eager, interleaved" if model.has_torch else "the programs, interleaved"
-        with self.progress.status(f"timing {what}"), self._timing_load:
-            *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config,
-                                           [prepared_inputs(fused) for _, fused, _ in ranked] + [None], between)
+        builds = self._peer_builds(model)
+        reference = model.reference_outputs()
+        with Contenders(builds, reference or ()) as peers:
+            if builds:
+                with self.progress.status(f"building and checking the peers ({', '.join(builds)})"):
+                    peers.start()
+            for name, result in peers.results.items():
+                if result.status != "ok":
+                    self.progress.note(f"peer {name}: {result.status}, not timed: {result.error}")
+
+            def each_round(r: int) -> None:
+                if between is not None:
+                    between(r)
+                peers.time_round()
+
+            what = "the programs and PyTorch eager, interleaved" if model.has_torch else "the programs, interleaved"
+            with self.progress.status(f"timing {what}" + (" with the peers" if builds else "")), self._timing_load:
+                *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config,
+                                               [prepared_inputs(fused) for _, fused, _ in ranked] + [None],
+                                               each_round)
         for what, run in [(f"program {c.term_hash[:10]}", r) for (c, _, _), r in zip(ranked, runs)] + [
                 ("TVM's default program", default)]:
             if len(run.times_s) < o.repeat:
                 self.progress.note(f"{what} takes {run.median_s:.3g} s a call: timed {len(run.times_s)} times, "
                                    f"not {o.repeat}")
-        reference = model.reference_outputs() or default.outputs
+        reference = reference or default.outputs
         errors = [verify(run.outputs, reference) for run in runs]
         verify(default.outputs, reference)
         fastest = min(range(len(runs)), key=lambda i: runs[i].median_s)
@@ -507,7 +534,18 @@ class TuneRun:
         torch_s = float(np.median(eager)) if eager else None
         timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
-        return timed, latency, paths[fastest], errors[fastest]
+        latency.update({name: None for name in o.peers if name != "torch_eager"})
+        latency.update({name: r.median_s for name, r in peers.results.items()})
+        return timed, latency, paths[fastest], errors[fastest], [r.as_json() for r in peers.results.values()]
+
+    def _peer_builds(self, model) -> dict:
+        """The builds of the peers ``--peers`` names that are installed, for a model with a PyTorch module."""
+        o = self.opts
+        if not model.has_torch:
+            return {}
+        threads = physical_cores()
+        return {name: partial(layer_peer, name, o.model, o.stage, o.seq_len, o.kv_len, o.layers, o.seed, threads)
+                for name in o.peers if name != "torch_eager" and installed(name)}
 
 
 def session_arguments(options: RunOptions) -> dict:

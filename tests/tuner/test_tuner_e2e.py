@@ -56,6 +56,10 @@ def test_summary_has_every_figure(prefill_runs):
     assert os.path.exists(summary["artifact"])
     load = summary["load_average"]
     assert load["cpus"] >= 1 and load["tuning_max"] >= 0 and load["timing"] >= 0
+    # the peers a user would pick instead, checked then timed in processes of their own
+    assert {p["name"]: p["status"] for p in summary["peers"]} == {"torch_compile": "ok", "onnxruntime": "ok"}
+    for name in ("torch_compile", "onnxruntime"):
+        assert summary["latency_s"][name] > 0
 
 
 def test_egraph_rewrites_fire_and_candidates_are_checked(prefill_runs):
@@ -150,9 +154,10 @@ def test_later_compile_with_no_trials_compiles_the_cost_models_picks(prefill_run
 def test_decode_with_kv_cache_and_a_repriced_extraction(tmp_path):
     summary = tune_json(
         "qwen3-tiny", "--stage", "decode", "--kv-len", "16", "--trials", "1", "--candidates", "2", "--reprice",
-        "--db", f"sqlite:///{tmp_path}/tune.db", cwd=tmp_path,
+        "--no-peers", "--db", f"sqlite:///{tmp_path}/tune.db", cwd=tmp_path,
     )
     assert summary["stage"] == "decode"
+    assert summary["peers"] == [] and summary["latency_s"]["torch_compile"] is None  # --no-peers
     for name in ("tuned", "tvm_default", "torch_eager"):
         assert summary["latency_s"][name] > 0
     assert summary["max_abs_error"] < 1e-3

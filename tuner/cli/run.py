@@ -56,6 +56,9 @@ def run_command(
     confirm_top: Annotated[int, typer.Option(
         "--confirm-top", help="Fastest candidates per kernel (those within 1.25x of the fastest) measured twice more "
         "once its trials are spent; each counts with its median measurement (0: none).")] = 3,
+    peers: Annotated[bool, typer.Option(
+        "--peers/--no-peers", help="Time torch.compile (Inductor's default mode) and, when installed, ONNX Runtime "
+        "beside the tuned program, each in its own process after a check of its outputs.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
     artifact_dir: Annotated[str, typer.Option(
         "--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
@@ -71,7 +74,8 @@ def run_command(
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
         min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates,
         reprice=reprice, measure_top=measure_top, batch_size=batch_size, confirm_top=confirm_top, seed=seed,
-        artifact_dir=artifact_dir, max_cv=max_cv, device_wait_s=device_wait, retries=retries,
+        artifact_dir=artifact_dir, peers=RunOptions.peers if peers else (), max_cv=max_cv, device_wait_s=device_wait,
+        retries=retries,
     )
     if tracker is None:
         from measure import tracker_from_env
