@@ -15,7 +15,10 @@ import torch
 
 from extract.frontend import check_model, torch_module
 from tuner.contender import Contenders
-from tuner.peers import build_peer, installed, layer_peer
+from tuner.options import RunOptions, TuneError
+from tuner.peers import LABELS, build_peer, installed, layer_peer
+from tuner.report import peer_line
+from tuner.session import RunSummary
 
 LAYER = {"model": "qwen3-tiny", "stage": "decode", "seq_len": 4, "kv_len": 16, "layers": 1, "seed": 0}
 
@@ -77,3 +80,25 @@ def test_compiled_peers_are_checked_then_timed(name):
     assert right.status == "ok", right.error
     assert right.median_s > 0 and right.compile_s > 0
     assert wrong.status == "wrong result" and wrong.median_s is None
+
+
+def test_an_unknown_peer_is_a_one_line_error():
+    with pytest.raises(TuneError, match="unknown peer 'tvm_eager'"):
+        RunOptions(model="qwen3-tiny", peers=("torch_compile", "tvm_eager"))
+
+
+def test_the_summary_names_the_fastest_peer_and_each_one_not_timed():
+    peers = [{"name": "torch_compile", "status": "ok", "median_s": 0.004, "repeats": 5, "compile_s": 9.0,
+              "max_abs_error": 1e-6, "error": ""},
+             {"name": "torch_compile_max_autotune", "status": "ok", "median_s": 0.003, "repeats": 5,
+              "compile_s": 60.0, "max_abs_error": 1e-6, "error": ""},
+             {"name": "onnxruntime", "status": "wrong result", "median_s": None, "repeats": 0, "compile_s": 2.0,
+              "max_abs_error": 0.5, "error": "output 0 differs from the reference (max abs error 0.5)"}]
+    latency = {"tuned": 0.002, "tvm_default": 0.01, "torch_eager": 0.005, "torch_compile": 0.004,
+               "torch_compile_max_autotune": 0.003, "onnxruntime": None}
+    summary = RunSummary(session_id=1, model="m", stage="decode", target="{}", kernels=[], latency_s=latency,
+                         measured_trials=0, graph={}, saturation={}, artifact="", max_abs_error=0.0, peers=peers)
+    line = peer_line(summary)
+    assert line.startswith(f"fastest peer: {LABELS['torch_compile_max_autotune']} 3.000 ms (1.50x")
+    assert f"{LABELS['onnxruntime']}: wrong result (output 0 differs" in line
+    assert peer_line(RunSummary(**{**summary.__dict__, "peers": []})) is None  # --no-peers
