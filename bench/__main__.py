@@ -44,10 +44,12 @@ from .markdown import write
 
 #: (name, module, title), in the order of BENCHMARKS.md.
 BENCHMARKS = [
-    ("kernels", "bench.kernels", "Kernels: Qwen3-0.6B GEMMs and GEMVs against BLAS, PyTorch and the roofline"),
+    ("kernels", "bench.kernels",
+     "Kernels: Qwen3-0.6B GEMMs and GEMVs against BLAS, PyTorch, its peers and the roofline"),
     ("sample_efficiency", "bench.sample_efficiency",
      "Sample efficiency: best latency versus trials against MetaSchedule tune_tir"),
-    ("layer", "bench.layer", "End to end: the Qwen3-0.6B layer per stage against PyTorch eager and MetaSchedule"),
+    ("layer", "bench.layer",
+     "End to end: the Qwen3-0.6B layer per stage against PyTorch eager, torch.compile, ONNX Runtime and MetaSchedule"),
     ("cost_model", None, "Cost model: held-out-workload ranking metrics against TenSet's published XGBoost"),
     ("later_compile", "bench.later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"),
     ("extraction", "bench.extraction",

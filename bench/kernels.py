@@ -60,7 +60,7 @@ from .tuning import (
     tvm_call,
 )
 
-NAME, TITLE = "kernels", "Kernels: Qwen3-0.6B GEMMs and GEMVs against BLAS, PyTorch and the roofline"
+NAME, TITLE = "kernels", "Kernels: Qwen3-0.6B GEMMs and GEMVs against BLAS, PyTorch, its peers and the roofline"
 
 FULL_SHAPES = [
     MatmulShape("prefill qkv", 128, 1024, 4096),
