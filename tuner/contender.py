@@ -107,7 +107,8 @@ def _serve(conn, build: Callable, reference: tuple[np.ndarray, ...], cold_bytes:
         return
     flush = np.zeros(max(cold_bytes, 0) // 8)
     start = time.perf_counter()
-    call()
+    flush += 1.0
+    call()  # calls per repeat: as many as fill min_repeat_s, each with its flush
     number = max(1, int(min_repeat_s / max(time.perf_counter() - start, 1e-7)))
     conn.send(("ok", compile_s, err, ""))
     while conn.recv() == "repeat":
