@@ -59,6 +59,10 @@ BENCHMARKS = [
 ]
 
 
+def _load(values: tuple[float, ...]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
+
+
 def _module_path(module: str) -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *module.split(".")) + ".py"
 
@@ -167,11 +171,15 @@ def main(argv: list[str] | None = None) -> int:
             quick = args.quick and sized_by not in args.full and sized_by not in extra
             timeout_s = args.timeout or (240.0 if quick else 14400.0)
             print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+            load_before = os.getloadavg()
             if module is None:
                 result = run_cost_model(work, quick=quick, title=title, timeout_s=timeout_s)
             else:
                 result = run_module(name, module, title, quick, timeout_s, env, extra.get(name))
             result.mode = "quick" if quick else "scaled" if sized_by in extra else "full"
+            if result.status == "ok":  # figures from a shared machine: how busy it was beside them
+                result.notes.append(f"Load average (1, 5, 15 min, /proc/loadavg) on {os.cpu_count()} cores: "
+                                    f"{_load(load_before)} at the start, {_load(os.getloadavg())} at the end.")
             print(f"[bench] {name}: {result.status} {result.reason} ({result.seconds:.0f} s)", file=sys.stderr,
                   flush=True)
             for row in result.rows:
