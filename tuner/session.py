@@ -52,7 +52,7 @@ from .cost_model.store import load_warm_model, other_feature_versions, save_mode
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .load import LoadSampler, load_report
 from .model_ref import record_session
-from .options import RunOptions, TuneError
+from .options import PEERS, RunOptions, TuneError
 from .peers import installed, layer_peer
 from .progress import Progress
 from .search.search import ModelTrainer, SearchConfig
@@ -100,9 +100,10 @@ class RunSummary:
     session's trials (measurements of candidates, any status), ``confirm_measurements``
     its re-measurements of the kernels' leaders (:mod:`tuner.search.confirm`).
     ``latency_s`` holds the seconds of ``tuned``, ``tvm_default``, ``torch_eager`` and of
-    each peer ``--peers`` names (:mod:`tuner.peers`: ``torch_compile``, ``onnxruntime``
-    by default), None for a peer not installed, not checked equal to the reference or
-    failed, and for every peer with ``--no-peers``; ``peers`` gives each peer that was
+    every peer of :data:`tuner.options.PEERS` (``torch_compile``,
+    ``torch_compile_max_autotune``, ``onnxruntime``): None for a peer not asked for
+    (``tune run`` asks for ``torch_compile`` and ``onnxruntime``), not installed, not
+    checked equal to the reference or failed, and for every peer with ``--no-peers``; ``peers`` gives each peer that was
     built its status, compile time and error (:meth:`tuner.contender.ContenderResult.as_json`).
     ``load_average`` is :func:`tuner.load.load_report`: the largest 1-minute load
     average while tuning and while timing, and the cores the run may use.
@@ -534,7 +535,7 @@ class TuneRun:
         torch_s = float(np.median(eager)) if eager else None
         timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
-        latency.update({name: None for name in o.peers if name != "torch_eager"})
+        latency.update({name: None for name in PEERS if name != "torch_eager"})
         latency.update({name: r.median_s for name, r in peers.results.items()})
         return timed, latency, paths[fastest], errors[fastest], [r.as_json() for r in peers.results.values()]
 
