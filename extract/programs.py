@@ -30,7 +30,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import tvm
 from transformers import PretrainedConfig
@@ -198,25 +197,3 @@ def export_program(config: PretrainedConfig, program: str, tokens: int = 1, cach
         weight_names.append(rename[prefix] + name[len(prefix):])
     return ProgramSpec(program, tokens, cache if program == "attn_out" else 0, mod, tuple(inputs),
                        tuple(weight_names))
-
-
-def random_weights(config: PretrainedConfig, seed: int) -> dict[str, np.ndarray]:
-    """Seeded random float32 weights of the whole model under their checkpoint names.
-
-    Drawn as :func:`extract.decoder.load_decoder` draws a layer's (matrices normal with
-    ``initializer_range``, norm scales near one, biases near zero); with tied word
-    embeddings there is no ``lm_head.weight``.
-    """
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_config(config)
-    generator = torch.Generator().manual_seed(seed)
-    out = {}
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.ndim >= 2:
-                param.normal_(0.0, config.initializer_range, generator=generator)
-            else:
-                param.normal_(1.0 if "norm" in name else 0.0, 0.1, generator=generator)
-            out[name] = param.detach().numpy().copy()
-    return out

@@ -8,6 +8,6 @@ writes an artifact (it needs torch and transformers; loading does not).
 
 from .artifact import load
 from .manifest import ArtifactError
-from .runtime import Generation, GeneratingModel
+from .runtime import GeneratingModel, Generation
 
 __all__ = ["ArtifactError", "Generation", "GeneratingModel", "load"]

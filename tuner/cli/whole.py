@@ -1,0 +1,38 @@
+"""``tune run --whole-model``: the whole model compiled into an artifact that ``tune generate`` runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+from .errors import fail
+
+
+def whole_model_command(model: str, *, whole_model: bool, weights: str | None, max_seq_len: int, target: str | None,
+                        seed: int, artifact_dir: str, as_json: bool, quiet: bool) -> None:
+    """Build the artifact (:func:`tuner.generate.whole.build_whole_model`) and print its summary."""
+    if not whole_model:
+        fail("--weights needs --whole-model (a single stage is tuned with random weights)")
+    from tuner.generate.whole import build_whole_model
+    from tuner.progress import Progress
+    from tuner.target import resolve_target
+
+    summary = build_whole_model(model, weights_dir=weights, max_len=max_seq_len, seed=seed,
+                                target=resolve_target(target).target, artifact_dir=artifact_dir,
+                                progress=Progress(quiet=quiet))
+    if as_json:
+        sys.stdout.write(json.dumps(summary.as_json()) + "\n")
+        return
+    if quiet:
+        return
+    typer.echo(f"artifact: {summary.artifact} ({summary.build} build, buckets {summary.buckets}, weights: "
+               f"{summary.weights})")
+    typer.echo(f"import {summary.import_s:.1f} s, compile {summary.compile_s:.1f} s")
+    for length, t in summary.ttft_s.items():
+        typer.echo(f"time to first token, {length} tokens: {t['ours'] * 1e3:.2f} ms "
+                   f"(transformers eager {t['eager'] * 1e3:.2f} ms)")
+    d = summary.decode_tokens_per_s
+    typer.echo(f"decode: {d['ours']:.1f} tokens/s (transformers eager {d['eager']:.1f})")
+    typer.echo("load average: " + " ".join(f"{x:.2f}" for x in summary.load_average))
