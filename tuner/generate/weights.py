@@ -17,9 +17,26 @@ import numpy as np
 from extract import ModelImportError
 from extract.config import read_config
 
-__all__ = ["expected_shapes", "random_weights", "read_checkpoint"]
+__all__ = ["expected_shapes", "make_config", "random_weights", "read_checkpoint"]
 
 INDEX = "model.safetensors.index.json"
+
+
+def make_config(data: dict, path: Path | str):
+    """The transformers config of ``data`` (a checked ``config.json`` read from ``path``).
+
+    Raises
+    ------
+    extract.ModelImportError
+        When transformers refuses a value (one line naming the file).
+    """
+    from extract.decoder import ARCHITECTURES
+
+    try:
+        return ARCHITECTURES[data["model_type"]][0](**data)
+    except Exception as exc:  # transformers and huggingface_hub raise many types for a bad value
+        raise ModelImportError(f"bad {data['model_type']} config {path}: {type(exc).__name__}: "
+                               f"{str(exc).strip().splitlines()[-1]}") from None
 
 
 def expected_shapes(config) -> dict[str, tuple[int, ...]]:
@@ -68,15 +85,13 @@ def read_checkpoint(directory: Path | str) -> tuple[dict, dict[str, np.ndarray]]
     import torch
     from safetensors import SafetensorError, safe_open
 
-    from extract.decoder import ARCHITECTURES
-
     directory = Path(directory)
     if not directory.is_dir():
         raise ModelImportError(f"checkpoint directory not found: {directory}")
     if not (directory / "config.json").is_file():
         raise ModelImportError(f"checkpoint {directory} has no config.json")
     data = read_config(directory / "config.json")
-    config = ARCHITECTURES[data["model_type"]][0](**data)
+    config = make_config(data, directory / "config.json")
     weights: dict[str, np.ndarray] = {}
     for file in _shard_files(directory):
         try:

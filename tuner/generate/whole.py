@@ -57,7 +57,7 @@ class WholeModelSummary:
 
 def _resolve(model: str, weights_dir: str | None, seed: int):
     """(label, config dict, weights, weights source) of the model argument and ``--weights``."""
-    from .weights import random_weights, read_checkpoint
+    from .weights import make_config, random_weights, read_checkpoint
 
     if weights_dir:
         data, weights = read_checkpoint(weights_dir)
@@ -73,14 +73,8 @@ def _resolve(model: str, weights_dir: str | None, seed: int):
     source = check_model(model)
     if source.kind != "config":
         raise ModelImportError("--whole-model needs a transformers config or a built-in model name, not an ONNX file")
-    config = _config(source.config)
+    config = make_config(source.config, source.path)
     return source.label, source.config, random_weights(config, seed), f"random, seed {seed}"
-
-
-def _config(data: dict):
-    from extract.decoder import ARCHITECTURES
-
-    return ARCHITECTURES[data["model_type"]][0](**data)
 
 
 def build_whole_model(model: str, *, weights_dir: str | None, max_len: int, seed: int, target,
@@ -93,12 +87,13 @@ def build_whole_model(model: str, *, weights_dir: str | None, max_len: int, seed
         A bad model argument, checkpoint or maximum length.
     """
     from .build import build_artifact
+    from .weights import make_config
 
     if max_len < 1:
         raise ModelImportError(f"--max-seq-len must be positive, got {max_len}")
     with progress.status("reading the weights"):
         label, data, weights, weights_source = _resolve(model, weights_dir, seed)
-    config = _config(data)
+    config = make_config(data, weights_dir or model)
     if max_len > config.max_position_embeddings:
         raise ModelImportError(f"--max-seq-len {max_len} exceeds max_position_embeddings="
                                f"{config.max_position_embeddings}")
