@@ -11,17 +11,24 @@ from .errors import fail
 
 
 def whole_model_command(model: str, *, whole_model: bool, weights: str | None, max_seq_len: int, target: str | None,
-                        seed: int, artifact_dir: str, as_json: bool, quiet: bool) -> None:
-    """Build the artifact (:func:`tuner.generate.whole.build_whole_model`) and print its summary."""
+                        seed: int, artifact_dir: str, as_json: bool, quiet: bool, trials: int, db: str | None,
+                        tracker: str | None, key: str | None, measure_config, args: dict) -> None:
+    """Tune and build the artifact (:func:`tuner.generate.whole.build_whole_model`) and print its summary."""
     if not whole_model:
         fail("--weights needs --whole-model (a single stage is tuned with random weights)")
+    if trials < 0:
+        fail(f"--trials must be at least 0, got {trials}")
+    from measure import tracker_from_env
     from tuner.generate.whole import build_whole_model
     from tuner.progress import Progress
     from tuner.target import resolve_target
 
-    summary = build_whole_model(model, weights_dir=weights, max_len=max_seq_len, seed=seed,
-                                target=resolve_target(target).target, artifact_dir=artifact_dir,
-                                progress=Progress(quiet=quiet))
+    resolved = resolve_target(target, key)
+    if tracker is None and (env := tracker_from_env()):
+        tracker = str(env)
+    tuning = {"db_url": db, "trials": trials, "measure_config": measure_config, "tracker": tracker, "args": args}
+    summary = build_whole_model(model, weights_dir=weights, max_len=max_seq_len, seed=seed, target=resolved,
+                                artifact_dir=artifact_dir, progress=Progress(quiet=quiet), tuning=tuning)
     if as_json:
         sys.stdout.write(json.dumps(summary.as_json()) + "\n")
         return
@@ -29,7 +36,8 @@ def whole_model_command(model: str, *, whole_model: bool, weights: str | None, m
         return
     typer.echo(f"artifact: {summary.artifact} ({summary.build} build, buckets {summary.buckets}, weights: "
                f"{summary.weights})")
-    typer.echo(f"import {summary.import_s:.1f} s, compile {summary.compile_s:.1f} s")
+    typer.echo(f"import {summary.import_s:.1f} s, compile {summary.compile_s:.1f} s; tuning sessions "
+               f"{summary.tuning.get('sessions')}, {len(summary.tuning.get('schedules', []))} kernels")
     for length, t in summary.ttft_s.items():
         typer.echo(f"time to first token, {length} tokens: {t['ours'] * 1e3:.2f} ms "
                    f"(transformers eager {t['eager'] * 1e3:.2f} ms)")

@@ -27,7 +27,7 @@ from ..compile import _LIFTED, build_default, export, prepare_weights, prepared_
 from .buckets import default_buckets, program_shapes
 from .manifest import Manifest, ProgramEntry, write_manifest
 
-__all__ = ["WEIGHTS_FILE", "build_artifact"]
+__all__ = ["WEIGHTS_FILE", "build_artifact", "export_shapes"]
 
 WEIGHTS_FILE = "weights.safetensors"
 
@@ -49,11 +49,27 @@ def _weights_key(mod: tvm.IRModule) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def export_shapes(config, buckets: tuple[int, ...], progress=None) -> tuple[dict, float]:
+    """Every (program, tokens, cache) of ``buckets`` exported and its weight work lifted.
+
+    Returns ``({(program, tokens, cache): (ProgramSpec, prepared module)}, seconds)``.
+    """
+    start = time.perf_counter()
+    shapes = program_shapes(tuple(buckets))
+    out = {}
+    for i, (program, tokens, cache) in enumerate(shapes):
+        if progress is not None:
+            progress.note(f"importing {program} tokens={tokens} cache={cache} ({i + 1}/{len(shapes)})")
+        spec = export_program(config, program, tokens, cache)
+        out[(program, tokens, cache)] = (spec, prepare_weights(spec.mod))
+    return out, time.perf_counter() - start
+
+
 def build_artifact(
     directory: Path | str, *, model: str, config, config_data: dict, weights: dict[str, np.ndarray],
     weights_source: str, target: tvm.target.Target, max_len: int, buckets: tuple[int, ...] | None = None,
-    compile_program: Callable[[ProgramSpec, tvm.IRModule], object] | None = None, tuning: dict | None = None,
-    progress=None,
+    shapes: dict | None = None, compile_program: Callable[[ProgramSpec, tvm.IRModule], object] | None = None,
+    tuning: dict | None = None, progress=None,
 ) -> tuple[Path, dict[str, float]]:
     """Compile every program at every bucket and write the artifact to ``directory`` (replaced if present).
 
@@ -65,6 +81,10 @@ def build_artifact(
         float32 arrays under checkpoint names (``model.embed_tokens.weight``, ...).
     max_len : int
         Tokens the KV cache holds (prompt plus new tokens); at most ``max_position_embeddings``.
+    buckets : tuple of int, optional
+        Default: :func:`tuner.generate.buckets.default_buckets` of ``max_len``.
+    shapes : dict, optional
+        What :func:`export_shapes` returned for these buckets (default: exported here).
     compile_program : callable, optional
         ``(spec, prepared module) -> relax.Executable``; default: TVM's default build.
     tuning : dict, optional
@@ -86,28 +106,25 @@ def build_artifact(
     from safetensors.numpy import save_file
 
     buckets = tuple(buckets or default_buckets(max_len))
+    timings = {"import_s": 0.0, "compile_s": 0.0}
+    if shapes is None:
+        shapes, timings["import_s"] = export_shapes(config, buckets, progress)
     directory = Path(directory)
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     compile_program = compile_program or (lambda _spec, mod: build_default(mod, target))
-    timings = {"import_s": 0.0, "compile_s": 0.0}
     entries = []
-    shapes = program_shapes(buckets)
-    for i, (program, tokens, cache) in enumerate(shapes):
+    start = time.perf_counter()
+    for i, ((program, tokens, cache), (spec, prepared)) in enumerate(shapes.items()):
         if progress is not None:
             progress.note(f"compiling {program} tokens={tokens} cache={cache} ({i + 1}/{len(shapes)})")
-        start = time.perf_counter()
-        spec = export_program(config, program, tokens, cache)
-        prepared = prepare_weights(spec.mod)
-        timings["import_s"] += time.perf_counter() - start
-        start = time.perf_counter()
         library = f"{program}-n{tokens}-L{cache}.so"
         export(compile_program(spec, prepared), str(directory / library))
-        timings["compile_s"] += time.perf_counter() - start
         entries.append(ProgramEntry(program, tokens, cache, library, list(spec.input_names),
                                     list(spec.weight_names), prepared_inputs(prepared) is not None,
                                     _weights_key(prepared)))
+    timings["compile_s"] = time.perf_counter() - start
     save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()},
               str(directory / WEIGHTS_FILE))
     manifest = Manifest(

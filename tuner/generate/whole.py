@@ -2,9 +2,9 @@
 
 The weights are seeded random ones from the config, or a local checkpoint
 (``--weights DIR``). Every program is compiled at every bucket (see
-:mod:`tuner.generate.build`) with TVM's default build: tuning these programs' kernels
-through the tuning database is not wired in yet, and the summary says which build
-each artifact holds. The artifact is then loaded as a user would load it and timed
+:mod:`tuner.generate.build`), its kernels tuned through the tuning database
+(:mod:`tuner.generate.tuned`; ``--trials 0`` lets the cost model choose without
+measuring). The artifact is then loaded as a user would load it and timed
 beside transformers eager on the same weights, in the same run: time to first token
 at each timed prompt length and decode tokens per second (median over steps).
 """
@@ -49,6 +49,7 @@ class WholeModelSummary:
     ttft_s: dict = field(default_factory=dict)
     decode_tokens_per_s: dict = field(default_factory=dict)
     load_average: list[float] = field(default_factory=list)
+    tuning: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
         """Plain JSON values."""
@@ -78,15 +79,22 @@ def _resolve(model: str, weights_dir: str | None, seed: int):
 
 
 def build_whole_model(model: str, *, weights_dir: str | None, max_len: int, seed: int, target,
-                      artifact_dir: str, progress) -> WholeModelSummary:
+                      artifact_dir: str, progress, tuning: dict | None = None) -> WholeModelSummary:
     """Compile the whole model into an artifact under ``artifact_dir`` and time it; see the module docstring.
+
+    ``target`` is a :class:`tuner.target.ResolvedTarget`. ``tuning``, when given, holds the
+    keyword arguments of :func:`tuner.generate.tuned.tune_programs` other than the shapes,
+    target, seed, model and its hash (``db_url``, ``trials``, ``measure_config``,
+    ``tracker``, ``args``): the kernels are tuned and chosen through the tuning database;
+    without it TVM's default build compiles them.
 
     Raises
     ------
     extract.ModelImportError
         A bad model argument, checkpoint or maximum length.
     """
-    from .build import build_artifact
+    from .buckets import default_buckets
+    from .build import build_artifact, export_shapes
     from .weights import make_config
 
     if max_len < 1:
@@ -97,11 +105,23 @@ def build_whole_model(model: str, *, weights_dir: str | None, max_len: int, seed
     if max_len > config.max_position_embeddings:
         raise ModelImportError(f"--max-seq-len {max_len} exceeds max_position_embeddings="
                                f"{config.max_position_embeddings}")
-    key = hashlib.sha256(json.dumps([data, weights_source, max_len, str(target)], sort_keys=True).encode())
+    key = hashlib.sha256(json.dumps([data, weights_source, max_len, target.record.target_json],
+                                    sort_keys=True).encode())
     directory = Path(artifact_dir) / f"{label}-{key.hexdigest()[:8]}"
+    buckets = default_buckets(max_len)
+    shapes, import_s = export_shapes(config, buckets, progress)
+    compile_program, record = None, None
+    if tuning is not None:
+        from .tuned import tune_programs
+
+        tuned = tune_programs({k: prepared for k, (_, prepared) in shapes.items()}, target=target, seed=seed,
+                              model=f"{label} whole model max_len={max_len}", model_hash=key.hexdigest(),
+                              progress=progress, **tuning)
+        compile_program, record = tuned.compile, tuned.tuning
     built, timings = build_artifact(directory, model=label, config=config, config_data=data, weights=weights,
-                                    weights_source=weights_source, target=target, max_len=max_len,
-                                    progress=progress)
+                                    weights_source=weights_source, target=target.target, max_len=max_len,
+                                    buckets=buckets, shapes=shapes, compile_program=compile_program,
+                                    tuning=record, progress=progress)
     from . import load
 
     with progress.status("timing the model and transformers eager"):
@@ -111,10 +131,13 @@ def build_whole_model(model: str, *, weights_dir: str | None, max_len: int, seed
     import os
 
     return WholeModelSummary(
-        model=label, artifact=str(built), target=str(target), max_len=max_len, buckets=list(loaded.buckets),
-        weights=weights_source, build="default", import_s=timings["import_s"], compile_s=timings["compile_s"],
+        model=label, artifact=str(built), target=target.record.target_json, max_len=max_len,
+        buckets=list(loaded.buckets),
+        weights=weights_source, build="default" if tuning is None else "tuned", import_s=import_s,
+        compile_s=timings["compile_s"],
         ttft_s={str(n): {"ours": ours_ttft[n], "eager": eager_ttft[n]} for n in ours_ttft},
         decode_tokens_per_s={"ours": ours_decode, "eager": eager_decode}, load_average=list(os.getloadavg()),
+        tuning=record or {},
     )
 
 

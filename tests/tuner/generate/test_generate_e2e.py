@@ -1,8 +1,9 @@
 """The whole model compiled and generating: greedy tokens as transformers', the artifact's checks, the CLI.
 
 A checkpoint of a tiny config with three layers is written by save_pretrained,
-compiled by `tune run --whole-model --weights DIR`, loaded, and compared with
-transformers' `generate(do_sample=False)` on the same weights.
+compiled by `tune run --whole-model --weights DIR --trials 0` (every kernel with the
+schedule the cost model picks), loaded, and compared with transformers'
+`generate(do_sample=False)` on the same weights; TVM's default build is compared too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from extract.config import read_config
 from extract.decoder import ARCHITECTURES
 from extract.frontend import CONFIG_DIR
 from tuner.generate import load
+from tuner.generate.build import build_artifact
+from tuner.target import resolve_target
 
 pytestmark = pytest.mark.slow  # compiles every program of a model at every bucket
 
@@ -53,13 +56,32 @@ def built(request, tmp_path_factory):
     model = AutoModelForCausalLM.from_config(ARCHITECTURES[data["model_type"]][0](**data)).eval()
     checkpoint = root / "checkpoint"
     model.save_pretrained(checkpoint, max_shard_size="200KB")
+    # --trials 0: each kernel gets the schedule the cost model (or the roofline) picks, unmeasured
     proc = tune("run", str(checkpoint / "config.json"), "--whole-model", "--weights", str(checkpoint),
-                "--max-seq-len", str(MAX_LEN), "--artifact-dir", str(root / "artifacts"), "--json", "-q", cwd=root)
+                "--max-seq-len", str(MAX_LEN), "--trials", "0", "--db", f"sqlite:///{root}/t.db",
+                "--artifact-dir", str(root / "artifacts"), "--json", "-q", cwd=root)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["buckets"] == [16, 32, 48]
+    assert summary["buckets"] == [16, 32, 48] and summary["build"] == "tuned"
+    schedules = summary["tuning"]["schedules"]
+    assert summary["tuning"]["sessions"] and any(s["candidate"] for s in schedules)
+    assert any(len(s["shapes"]) > 1 for s in schedules)  # a kernel shared by several shapes is chosen once
     assert set(summary["ttft_s"]) == {"16"} and summary["decode_tokens_per_s"]["ours"] > 0
     return model, summary["artifact"]
+
+
+def assert_greedy_as_transformers(model, reference, ids: np.ndarray, new_tokens: int) -> None:
+    """Our greedy tokens are transformers', or differ first where its two best logits tie (within TIE)."""
+    ours = model.generate(ids, new_tokens, eos_token_id=None).tokens
+    with torch.no_grad():
+        ref = reference.generate(torch.from_numpy(ids)[None], max_new_tokens=new_tokens, do_sample=False,
+                                 eos_token_id=None, return_dict_in_generate=True, output_logits=True)
+    theirs = ref.sequences[0, len(ids):].tolist()
+    assert len(ours) == len(theirs) == new_tokens
+    if ours != theirs:
+        first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+        top2 = torch.topk(ref.logits[first][0], 2).values
+        assert float(top2[0] - top2[1]) <= TIE, f"token {first} differs without a tie: {ours} vs {theirs}"
 
 
 def test_greedy_tokens_are_transformers(built):
@@ -67,16 +89,19 @@ def test_greedy_tokens_are_transformers(built):
     model = load(artifact)
     for seed, length in enumerate((1, 7, MAX_LEN - NEW_TOKENS + 1)):
         ids = np.random.default_rng(seed).integers(0, model.vocab_size, length)
-        ours = model.generate(ids, NEW_TOKENS, eos_token_id=None).tokens
-        with torch.no_grad():
-            ref = reference.generate(torch.from_numpy(ids)[None], max_new_tokens=NEW_TOKENS, do_sample=False,
-                                     eos_token_id=None, return_dict_in_generate=True, output_logits=True)
-        theirs = ref.sequences[0, length:].tolist()
-        assert len(ours) == len(theirs) == NEW_TOKENS
-        if ours != theirs:
-            first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
-            top2 = torch.topk(ref.logits[first][0], 2).values
-            assert float(top2[0] - top2[1]) <= TIE, f"seed {seed}: token {first} differs without a tie"
+        assert_greedy_as_transformers(model, reference, ids, NEW_TOKENS)
+
+
+def test_default_build_generates_as_transformers(built, tmp_path):
+    reference, artifact = built
+    tuned = load(artifact)
+    config = reference.config
+    weights = {k: v.detach().numpy() for k, v in reference.named_parameters()}
+    directory, _ = build_artifact(tmp_path / "default", model="m", config=config, config_data=tuned.config,
+                                  weights=weights, weights_source="test", target=resolve_target(None).target,
+                                  max_len=MAX_LEN, buckets=(MAX_LEN,))
+    ids = np.random.default_rng(5).integers(0, tuned.vocab_size, 9)
+    assert_greedy_as_transformers(load(directory), reference, ids, NEW_TOKENS)
 
 
 def test_eos_stops_and_sampling_is_seeded(built):
