@@ -42,5 +42,6 @@ def whole_model_command(model: str, *, whole_model: bool, weights: str | None, m
         typer.echo(f"time to first token, {length} tokens: {t['ours'] * 1e3:.2f} ms "
                    f"(transformers eager {t['eager'] * 1e3:.2f} ms)")
     d = summary.decode_tokens_per_s
-    typer.echo(f"decode: {d['ours']:.1f} tokens/s (transformers eager {d['eager']:.1f})")
+    if d["ours"] is not None:
+        typer.echo(f"decode: {d['ours']:.1f} tokens/s (transformers eager {d['eager']:.1f})")
     typer.echo("load average: " + " ".join(f"{x:.2f}" for x in summary.load_average))

@@ -142,24 +142,31 @@ def build_whole_model(model: str, *, weights_dir: str | None, max_len: int, seed
 
 
 def _prompts(max_len: int, vocab: int) -> dict[int, np.ndarray]:
-    lengths = [n for n in TIMED_PROMPTS if n + DECODE_STEPS <= max_len] or [max(1, max_len - DECODE_STEPS)]
+    """Random prompts of the timed lengths that leave room for the decode steps (else one of half the cache)."""
+    lengths = [n for n in TIMED_PROMPTS if n + DECODE_STEPS <= max_len] or [max(1, max_len // 2)]
     rng = np.random.default_rng(0)
     return {n: rng.integers(0, vocab, n) for n in lengths}
 
 
-def time_model(model, max_len: int, repeats: int = 3) -> tuple[dict[int, float], float]:
-    """Median time to first token (seconds) per timed prompt length, and decode tokens/s, of a loaded artifact."""
+def _decode_steps(max_len: int, prompt: int) -> int:
+    """Decode steps timed after a prompt of ``prompt`` tokens: at most ``DECODE_STEPS``, as the cache allows."""
+    return min(DECODE_STEPS, max_len - prompt)
+
+
+def time_model(model, max_len: int, repeats: int = 3) -> tuple[dict[int, float], float | None]:
+    """Median time to first token (seconds) per timed prompt length, and decode tokens/s (None: no room
+    in the cache for a decode step), of a loaded artifact."""
     prompts = _prompts(max_len, model.vocab_size)
     model.generate(next(iter(prompts.values())), 2)  # warm-up: first calls load code and pages
     ttft = {n: float(np.median([model.generate(ids, 1).prefill_s for _ in range(repeats)]))
             for n, ids in prompts.items()}
     first = next(iter(prompts.values()))
-    steps = model.generate(first, DECODE_STEPS + 1, eos_token_id=None).decode_s
-    return ttft, 1.0 / float(np.median(steps))
+    steps = model.generate(first, _decode_steps(max_len, first.size) + 1, eos_token_id=None).decode_s
+    return ttft, 1.0 / float(np.median(steps)) if steps else None
 
 
-def time_eager(config, weights: dict[str, np.ndarray], max_len: int, repeats: int = 3) -> tuple[dict[int, float],
-                                                                                                 float]:
+def time_eager(config, weights: dict[str, np.ndarray], max_len: int, repeats: int = 3
+               ) -> tuple[dict[int, float], float | None]:
     """As :func:`time_model` for transformers' eager model (SDPA attention, its default) on the same weights."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -177,11 +184,12 @@ def time_eager(config, weights: dict[str, np.ndarray], max_len: int, repeats: in
     with torch.no_grad():
         prefill(next(iter(prompts.values())))  # warm-up
         ttft = {n: float(np.median([prefill(ids)[0] for _ in range(repeats)])) for n, ids in prompts.items()}
-        _, out = prefill(next(iter(prompts.values())))
+        first = next(iter(prompts.values()))
+        _, out = prefill(first)
         steps = []
-        for _ in range(DECODE_STEPS):
+        for _ in range(_decode_steps(max_len, first.size)):
             token = out.logits[:, -1:].argmax(-1)
             start = time.perf_counter()
             out = model(token, cache=out.past_key_values, use_cache=True)
             steps.append(time.perf_counter() - start)
-    return ttft, 1.0 / float(np.median(steps))
+    return ttft, 1.0 / float(np.median(steps)) if steps else None

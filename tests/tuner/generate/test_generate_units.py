@@ -111,3 +111,15 @@ def test_kv_cache_is_aligned_per_layer():
         assert keys[layer].ctypes.data % ALIGNMENT == 0 and values[layer].ctypes.data % ALIGNMENT == 0
     with pytest.raises(ValueError, match="multiple of 64"):
         _aligned_zeros((2, 3, 1, 1))
+
+
+def test_timed_prompts_leave_room_to_decode():
+    from tuner.generate.whole import DECODE_STEPS, _decode_steps, _prompts
+
+    assert list(_prompts(2048, 10)) == [16, 128, 512]
+    assert list(_prompts(144, 10)) == [16, 128]
+    for max_len in (1, 2, 16, 17):
+        (length, ids), = _prompts(max_len, 10).items()
+        steps = _decode_steps(max_len, length)
+        assert ids.size == length and 0 <= steps <= DECODE_STEPS and length + steps <= max_len
+    assert _decode_steps(1, 1) == 0
