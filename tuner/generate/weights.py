@@ -125,6 +125,6 @@ def random_weights(config, seed: int) -> dict[str, np.ndarray]:
 
     from extract.decoder import random_init
 
-    model = AutoModelForCausalLM.from_config(config)
+    model = AutoModelForCausalLM.from_config(config).float()  # float32 whatever the config's torch_dtype
     random_init(model, config.initializer_range, seed)
     return {name: param.detach().numpy().copy() for name, param in model.named_parameters()}

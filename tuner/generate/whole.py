@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from extract import ModelImportError, check_model
+from extract.config import dtype_note
 
 __all__ = ["WholeModelSummary", "build_whole_model", "time_eager", "time_model"]
 
@@ -101,6 +102,8 @@ def build_whole_model(model: str, *, weights_dir: str | None, max_len: int, seed
         raise ModelImportError(f"--max-seq-len must be positive, got {max_len}")
     with progress.status("reading the weights"):
         label, data, weights, weights_source = _resolve(model, weights_dir, seed)
+    if note := dtype_note(data):
+        progress.note(note)
     config = make_config(data, weights_dir or model)
     if max_len > config.max_position_embeddings:
         raise ModelImportError(f"--max-seq-len {max_len} exceeds max_position_embeddings="
@@ -171,7 +174,7 @@ def time_eager(config, weights: dict[str, np.ndarray], max_len: int, repeats: in
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model = AutoModelForCausalLM.from_config(config).float().eval()
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
     model.tie_weights()
     prompts = _prompts(max_len, config.vocab_size)

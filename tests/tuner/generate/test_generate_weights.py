@@ -99,3 +99,8 @@ def test_random_weights_are_seeded_and_complete():
     assert any(n.endswith("q_proj.bias") for n in a)
     assert all(np.array_equal(a[n], b[n]) for n in a)
     assert not np.array_equal(a["model.embed_tokens.weight"], c["model.embed_tokens.weight"])
+
+
+def test_random_weights_are_float32_for_a_bfloat16_config():
+    config = _config("llama-tiny", torch_dtype="bfloat16")
+    assert {a.dtype for a in random_weights(config, 0).values()} == {np.dtype(np.float32)}
