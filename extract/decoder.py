@@ -159,6 +159,18 @@ def decoder_flops(config: PretrainedConfig, layers: int, new_tokens: int, attend
     return layers * (projections + mlp + attention)
 
 
+def random_init(module: torch.nn.Module, std: float, seed: int) -> None:
+    """Seeded random weights in place: matrices normal with ``std`` (the config's
+    ``initializer_range``), RMSNorm scales near one and biases near zero, not all equal."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, std, generator=generator)
+            else:
+                param.normal_(1.0 if "norm" in name else 0.0, 0.1, generator=generator)
+
+
 # The first part of every model hash (kept from the first, Qwen3-only version of this
 # module, so hashes of models recorded then stay the same).
 _HASH_TAG = "qwen3"
@@ -214,13 +226,7 @@ def build_decoder(
     except Exception as exc:  # e.g. an unknown hidden_act or rope_scaling type
         raise bad_config(exc) from exc
 
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            if param.ndim >= 2:
-                param.normal_(0.0, config.initializer_range, generator=generator)
-            else:  # RMSNorm scales near one, biases near zero, but not all equal
-                param.normal_(1.0 if "norm" in name else 0.0, 0.1, generator=generator)
+    random_init(module, config.initializer_range, seed)
 
     rng = np.random.default_rng(seed)
     arrays = {

@@ -8,6 +8,7 @@ import typer
 
 from .db import db_app
 from .errors import main_guard
+from .generate import generate_command
 from .help import CONTEXT_SETTINGS, print_version, show_no_type_for_flags
 from .model import model_app
 from .report import report_command
@@ -26,6 +27,7 @@ app = typer.Typer(
     context_settings=CONTEXT_SETTINGS,
 )
 app.command("run")(run_command)
+app.command("generate")(generate_command)
 app.command("report")(report_command)
 app.command("simulate")(simulate_command)
 app.command("tracker")(tracker_command)

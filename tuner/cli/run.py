@@ -63,10 +63,31 @@ def run_command(
     artifact_dir: Annotated[str, typer.Option(
         "--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
+    whole_model: Annotated[bool, typer.Option(
+        "--whole-model", help="Compile the whole model (embedding, every layer, final norm, LM head) for prefill and "
+        "decode at every prompt length up to --max-seq-len into an artifact `tune generate` runs, its kernels tuned "
+        "with --trials per workload; --stage, --seq-len, --kv-len and --layers do not apply).")] = False,
+    max_seq_len: Annotated[int, typer.Option(
+        "--max-seq-len", help="With --whole-model: tokens the KV cache holds (prompt plus new tokens).")] = 512,
+    weights: Annotated[str | None, typer.Option(
+        "--weights", help="With --whole-model: a local checkpoint directory as save_pretrained writes it (config.json "
+        "and *.safetensors) instead of random weights.")] = None,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="Print nothing but errors and the --json output.")] = False,
 ) -> None:
     """Tune a model's kernels, compile the fastest program, verify it and time it."""
+    if whole_model or weights is not None:
+        from measure import MeasureConfig
+
+        from .whole import whole_model_command
+
+        config = MeasureConfig(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes,
+                               timeout_s=timeout, max_cv=max_cv, device_wait_s=device_wait, retries=retries)
+        return whole_model_command(
+            model, whole_model=whole_model, weights=weights, max_seq_len=max_seq_len, target=target, seed=seed,
+            artifact_dir=artifact_dir, as_json=as_json, quiet=quiet, trials=trials, db=db, tracker=tracker, key=key,
+            measure_config=config, args={"model": model, "whole_model": True, "weights": weights,
+                                         "max_seq_len": max_seq_len, "trials": trials, "seed": seed})
     from tuner.options import RunOptions
 
     options = RunOptions(  # checks the options before TVM and PyTorch load
