@@ -304,8 +304,8 @@ def record_cpu(session: dict | None, target_json: str) -> str:
 
 def dataset_stats(path: str | Path) -> dict:
     """What a data set file holds: ``records``, ``ok_records``, ``candidates``, ``workloads``, ``targets``,
-    ``sessions``, ``format_version``, ``feature_version``, and records per ``cpu``, per ``model`` and stage, and
-    workloads per ``op_kind``.
+    ``sessions``, ``format_version``, ``feature_version``, ``sha256`` (the body's checksum), and records per
+    ``cpu``, per ``model`` and stage, and workloads per ``op_kind``.
 
     Raises
     ------
@@ -323,6 +323,7 @@ def dataset_stats(path: str | Path) -> dict:
         models[f"{args.get('model', '?')} {args.get('stage', '?')}"] += 1
     header = data["header"]
     return {"format_version": header["version"], "feature_version": header["feature_version"],
+            "sha256": header["sha256"],
             "records": len(data["record"]), "ok_records": sum(r["status"] == "ok" for r in data["record"]),
             "candidates": len(data["candidate"]), "workloads": len(data["workload"]),
             "targets": len(data["target"]), "sessions": len(data["session"]),

@@ -90,11 +90,46 @@ def _fmt(value) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+ObjectiveOption = Annotated[str | None, typer.Option(
+    help="XGBoost objective: rank:pairwise (default), reg:latency, rank:ndcg or reg:normalized.")]
+
+
+def _objective(objective: str | None) -> str:
+    """The objective given, else the default (``ValueError`` naming the choices for an unknown one)."""
+    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
+
+    objective = objective or DEFAULT_OBJECTIVE
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    return objective
+
+
+@model_app.command("pretrain")
+def pretrain_command(
+    file: Annotated[str | None, typer.Argument(
+        help="The data set file (default: the repository's, tuner/cost_model/pretrained/dataset.jsonl.gz).")] = None,
+    out: Annotated[str | None, typer.Option(
+        help="Where to write the model (default: the package's pretrained model, "
+             "tuner/cost_model/pretrained/model.json.gz).")] = None,
+    objective: ObjectiveOption = None,
+    seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Train the shipped pretrained cost model from a data set file (what `tune run` starts from without its own)."""
+    from tuner.cost_model.shipped import DATASET_PATH, PRETRAINED_PATH, pretrain
+    from tuner.progress import Progress
+
+    progress = Progress(quiet=as_json)
+    info = pretrain(file or DATASET_PATH, out or PRETRAINED_PATH, _objective(objective), seed, progress.note)
+    _emit(as_json, {"out": str(out or PRETRAINED_PATH), **info},
+          [f"{out or PRETRAINED_PATH}: {info['objective']}, {info['records']} records of {info['workloads']} "
+           f"workloads ({info['skipped']} skipped), feature version {info['feature_version']}"])
+
+
 @model_app.command("train")
 def train_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    objective: Annotated[str | None, typer.Option(
-        help="XGBoost objective: rank:pairwise (default), reg:latency, rank:ndcg or reg:normalized.")] = None,
+    objective: ObjectiveOption = None,
     seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
     peak_gflops: Annotated[float | None, typer.Option(
         "--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
@@ -110,11 +145,8 @@ def train_command(
     from tuner.cost_model.dataset import load_dataset
     from tuner.cost_model.roofline import MIN_TRAIN_RECORDS, RooflineCostModel
     from tuner.cost_model.store import train_version
-    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
 
-    objective = objective or DEFAULT_OBJECTIVE
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    objective = _objective(objective)
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         data = load_dataset(database, record.target_hash, tvm_target)
