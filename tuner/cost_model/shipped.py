@@ -1,11 +1,9 @@
 """The pretrained cost model shipped in the package: trained from the data set file, used where a database has none.
 
-``tune model pretrain FILE`` (:func:`pretrain`) imports a data set file
-(:mod:`database.dataset_file`) into a scratch SQLite database, replays and
-featurizes every measured candidate of every target in it (as
-:func:`tuner.cost_model.dataset.load_dataset` does for one database), trains an
-:class:`~tuner.cost_model.xgb.XGBCostModel` on them all (each workload on each target
-is one ranking group) and writes it to :data:`PRETRAINED_PATH` with the feature
+``tune model pretrain FILE`` (:func:`pretrain`) replays and featurizes every
+measured candidate of every target in a data set file (:mod:`tuner.cost_model.corpus`),
+trains an :class:`~tuner.cost_model.xgb.XGBCostModel` on them all (each workload on
+each target is one ranking group) and writes it to :data:`PRETRAINED_PATH` with the feature
 version it was trained with, the target kinds it has seen and what it was trained on.
 
 ``tune run`` starts from it when the database holds no model of its own for the
@@ -19,12 +17,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from .xgb import DEFAULT_OBJECTIVE, FEATURE_VERSION, CostModelError, XGBCostModel
 
@@ -88,43 +83,6 @@ def load_shipped(path: str | Path = PRETRAINED_PATH) -> ShippedModel | None:
     return ShippedModel(model, info)
 
 
-def training_data(dataset_file: str | Path, note: Callable[[str], None] = lambda _m: None):
-    """Every measured candidate of a data set file as one ``Dataset``, groups ``workload@target``; and its stats.
-
-    Returns ``(dataset, stats)`` (``stats``: :func:`database.dataset_file.dataset_stats`).
-
-    Raises
-    ------
-    database.dataset_file.DatasetFileError
-        The file is unusable.
-    """
-    from database import open_database
-    from database.dataset_file import dataset_stats, import_dataset
-    from measure.tvmapi import make_target
-
-    from .dataset import Dataset, load_dataset
-
-    stats = dataset_stats(dataset_file)
-    parts = []
-    with tempfile.TemporaryDirectory() as tmp, open_database(f"sqlite:///{tmp}/pretrain.db") as db:
-        import_dataset(db, dataset_file)
-        for target in db.targets():
-            note(f"featurizing the records of {target.target_json} key {target.key}")
-            part = load_dataset(db, target.target_hash, make_target(json.loads(target.target_json)))
-            parts.append((part, target))
-    kinds = sorted({json.loads(t.target_json).get("kind", "?") for _, t in parts})
-    merged = Dataset(
-        X=np.concatenate([p.X for p, _ in parts]) if parts else np.zeros((0, 0), np.float32),
-        latency_s=np.concatenate([p.latency_s for p, _ in parts]) if parts else np.zeros(0),
-        groups=np.concatenate([np.array([f"{g}@{t.target_hash[:16]}" for g in p.groups], dtype=object)
-                               for p, t in parts]) if parts else np.zeros(0, dtype=object),
-        candidate_hashes=np.concatenate([p.candidate_hashes for p, _ in parts]) if parts else np.zeros(0, object),
-        kinds=np.concatenate([p.kinds for p, _ in parts]) if parts else np.zeros(0, dtype=object),
-        skipped=sum(p.skipped for p, _ in parts),
-    )
-    return merged, {**stats, "target_kinds": kinds}
-
-
 def pretrain(dataset_file: str | Path, out: str | Path = PRETRAINED_PATH, objective: str = DEFAULT_OBJECTIVE,
              seed: int = 0, note: Callable[[str], None] = lambda _m: None) -> dict:
     """Train the pretrained model from a data set file and write it to ``out``; returns its ``info``.
@@ -136,7 +94,10 @@ def pretrain(dataset_file: str | Path, out: str | Path = PRETRAINED_PATH, object
     ValueError
         The file holds no successful measurement that replays.
     """
-    data, stats = training_data(dataset_file, note)
+    from .corpus import load_corpus
+
+    corpus = load_corpus(dataset_file, note)
+    data, stats = corpus.data, corpus.stats
     if not len(data):
         raise ValueError(f"{dataset_file} holds no successful measurement to train on")
     model = XGBCostModel(objective=objective, seed=seed).fit(data.X, data.latency_s, data.groups)

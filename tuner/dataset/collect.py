@@ -13,8 +13,9 @@ Candidate programs are not checked numerically against the original here (that
 is ``tune run``'s business before it compiles one): each kernel is a real kernel
 and each schedule is checked against the kernel's unscheduled form when measured.
 
-Each source is one tuning session whose arguments record the source, the CPU
-that measured it (:func:`cpu_description`) and the 1-minute load average when it
+Each source is one tuning session whose arguments record the source, its
+workloads (also those another source measured first), the CPU that measured it
+(:func:`cpu_description`) and the 1-, 5- and 15-minute load averages when it
 started (the machine may be shared; timings are noisier then), so the exported
 data set can say which CPU measured what, under what load.
 
@@ -176,7 +177,7 @@ class Collector:
         self._check_stop()
         args = {COLLECTOR_ARG: True, "model": source.model, "stage": source.stage, "seq_len": source.seq_len,
                 "kv_len": source.kv_len, "layers": 1, "trials": o.budget, "cpu": cpu,
-                "load_average": list(os.getloadavg())}
+                "load_average": list(os.getloadavg()), "workloads": sorted(kernels)}
         session_id = record_session(db, args, model_source, model)
         self.progress.note(f"session {session_id}: {len(kernels)} workloads, budget {o.budget} each")
         spaces = {h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in kernels.items()}
