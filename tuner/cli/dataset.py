@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated
 
 import typer
 
 from .existing import DbOption
+from .figures import emit
 from .model import JsonOption, KeyOption, TargetOption
 
 dataset_app = typer.Typer(help="Collect, export and import the cost model's data set.",
@@ -51,11 +50,9 @@ def collect_command(
                              target=target, tracker=tracker, key=key)
     plan = default_plan(list(options.models))
     summary = Collector(options, plan, Progress(quiet=quiet)).run()
-    if as_json:
-        sys.stdout.write(json.dumps(asdict(summary)) + "\n")
-    elif not quiet:
-        typer.echo(f"{len(summary.sources)} of {len(plan)} sources done, {summary.measured} candidates measured "
-                   f"now over {summary.workloads} workloads; stopped: {summary.stop_reason}")
+    emit(as_json, asdict(summary), [] if quiet else [
+        f"{len(summary.sources)} of {len(plan)} sources done, {summary.measured} candidates measured now over "
+        f"{summary.workloads} workloads; stopped: {summary.stop_reason}"])
 
 
 @dataset_app.command("export")
@@ -73,11 +70,8 @@ def export_command(
 
     with existing_database(db) as database:
         counts = export_dataset(database, file, FEATURE_VERSION)
-    if as_json:
-        sys.stdout.write(json.dumps(counts) + "\n")
-    else:
-        typer.echo(f"{file}: {counts['records']} records of {counts['candidates']} candidates over "
-                   f"{counts['workloads']} workloads")
+    emit(as_json, counts, [f"{file}: {counts['records']} records of {counts['candidates']} candidates over "
+                           f"{counts['workloads']} workloads"])
 
 
 @dataset_app.command("import")
@@ -99,11 +93,9 @@ def import_command(
         counts = import_dataset(database, file)
     finally:
         database.close()
-    if as_json:
-        sys.stdout.write(json.dumps(counts) + "\n")
-    else:
-        typer.echo(f"{counts['records']} records of {counts['workloads']} workloads: {counts['measure_results']} "
-                   f"measurements added, {counts['skipped']} already present, {counts['sessions']} sessions added")
+    emit(as_json, counts, [f"{counts['records']} records of {counts['workloads']} workloads: "
+                           f"{counts['measure_results']} measurements added, {counts['skipped']} already present, "
+                           f"{counts['sessions']} sessions added"])
 
 
 @dataset_app.command("stats")
@@ -115,12 +107,9 @@ def stats_command(
     from database.dataset_file import dataset_stats
 
     stats = dataset_stats(file)
-    if as_json:
-        sys.stdout.write(json.dumps(stats) + "\n")
-        return
-    typer.echo(f"{file}: format {stats['format_version']}, features {stats['feature_version']}")
-    for name in ("records", "ok_records", "candidates", "workloads", "targets", "sessions"):
-        typer.echo(f"  {name:<12} {stats[name]:>8}")
-    for group in ("cpu", "model", "op_kind"):
-        for name, count in sorted(stats[group].items()):
-            typer.echo(f"  {group:<8} {name:<40} {count:>8}")
+    lines = [f"{file}: format {stats['format_version']}, features {stats['feature_version']}"]
+    lines += [f"  {name:<12} {stats[name]:>8}"
+              for name in ("records", "ok_records", "candidates", "workloads", "targets", "sessions")]
+    lines += [f"  {group:<8} {name:<40} {count:>8}"
+              for group in ("cpu", "model", "op_kind") for name, count in sorted(stats[group].items())]
+    emit(as_json, stats, lines)

@@ -1,4 +1,4 @@
-"""How the cost model commands print figures: a mean with its interval, per op kind, text or one JSON object."""
+"""How the model and data set commands print: text lines or one JSON object, a mean with its interval, per op kind."""
 
 from __future__ import annotations
 
