@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ PRETRAINED_PATH = PRETRAINED_DIR / "model.json.gz"
 #: the data set file it is trained from (in the repository, not in the package)
 DATASET_PATH = PRETRAINED_DIR / "dataset.jsonl.gz"
 FORMAT = "tune-pretrained"
+#: environment variable naming another pretrained model file, or ``off`` for none
+PRETRAINED_ENV = "TUNE_PRETRAINED"
 
 
 class PretrainedModelError(ValueError):
@@ -52,6 +55,15 @@ class ShippedModel:
         """``N records of M workloads, CPUs ...`` for a progress note."""
         cpus = ", ".join(sorted(self.info.get("cpu", {}))) or "unknown CPUs"
         return f"{self.info.get('records', '?')} records of {self.info.get('workloads', '?')} workloads, {cpus}"
+
+
+def pretrained_path() -> Path | None:
+    """The pretrained model a run starts from: ``TUNE_PRETRAINED`` when set (None when it says ``off``), else the
+    package's :data:`PRETRAINED_PATH`."""
+    value = os.environ.get(PRETRAINED_ENV, "").strip()
+    if value.lower() == "off":
+        return None
+    return Path(value) if value else PRETRAINED_PATH
 
 
 def load_shipped(path: str | Path = PRETRAINED_PATH) -> ShippedModel | None:

@@ -36,11 +36,11 @@ def starting_model(db, target_hash: str, target_kind: str, note, shipped_path=No
 
     The database's newest compatible version (:func:`load_warm_model`) comes first.
     Without one, the shipped pretrained model (:mod:`tuner.cost_model.shipped`, at
-    ``shipped_path``, default its place in the package) is used when it has seen
+    ``shipped_path``, default :func:`~tuner.cost_model.shipped.pretrained_path`) is used when it has seen
     ``target_kind`` (a TVM target kind such as ``llvm``); one that is unreadable or of
     another feature version is not used, and ``note`` says why.
     """
-    from .shipped import PRETRAINED_PATH, PretrainedModelError, load_shipped
+    from .shipped import PretrainedModelError, load_shipped, pretrained_path
 
     warm = load_warm_model(db, target_hash)
     if warm is not None:
@@ -50,7 +50,8 @@ def starting_model(db, target_hash: str, target_kind: str, note, shipped_path=No
         note("cost model: the stored versions have another feature version and are not used; "
              "`tune model train` trains one of this version from the database")
     try:
-        shipped = load_shipped(shipped_path or PRETRAINED_PATH)
+        path = shipped_path or pretrained_path()
+        shipped = None if path is None else load_shipped(path)
     except PretrainedModelError as err:
         note(f"cost model: {err}")
         return None
@@ -69,12 +70,15 @@ def other_feature_versions(db, target_hash: str) -> list[str]:
 def save_model(db, target_hash: str, trainer, metrics: dict | None = None) -> int | None:
     """Store the session's model (if it was ever fitted); returns the version id or None.
 
+    A trainer that never retrained (a run that measured nothing) stores nothing: its
+    model is the one it started from, the database's own or the shipped one.
+
     The metrics JSON records the objective, the training record count and the
     span (ISO times of the first and last successful measurement on the target),
     plus ``metrics`` when given (evaluation figures).
     """
     model = trainer.model
-    if not model.fitted:
+    if not model.fitted or model is trainer.base:  # the model it started from, untouched: nothing new to store
         return None
     span = db.ok_span(target_hash)
     info = {"objective": model.objective, "train_records": model.n_records_,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -110,3 +112,28 @@ def test_pretrain_command(monkeypatch, capsys, dataset_file, tmp_path):
     err = capsys.readouterr().err
     assert done.value.code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.gz").exists()
+
+
+def test_tune_pretrained_names_another_model_or_none(shipped, tmp_path, monkeypatch):
+    out, _ = shipped
+    with open_database(f"sqlite:///{tmp_path / 'tune.db'}") as db:
+        db.add_target(TARGET.record)
+        monkeypatch.setenv("TUNE_PRETRAINED", "off")
+        assert starting_model(db, TARGET.target_hash, "llvm", lambda _m: None) is None
+        monkeypatch.setenv("TUNE_PRETRAINED", str(out))
+        assert starting_model(db, TARGET.target_hash, "llvm", lambda _m: None).save() == load_shipped(out).model.save()
+
+
+@pytest.mark.slow
+def test_tune_run_says_it_starts_from_the_shipped_model_and_stores_no_copy(shipped, tmp_path):
+    out, _ = shipped
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "qwen3-tiny", "--stage", "decode", "--kv-len", "16", "--trials", "0",
+         "--candidates", "1", "--measure-top", "1", "--db", f"sqlite:///{tmp_path / 'tune.db'}", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1200, env={**os.environ, "TUNE_PRETRAINED": str(out)})
+    assert proc.returncode == 0, proc.stderr
+    assert "starting from the shipped pretrained model" in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert "predicted" in {k["source"] for k in summary["kernels"]}  # priced by the shipped model, not the roofline
+    with open_database(f"sqlite:///{tmp_path / 'tune.db'}") as db:
+        assert db.cost_model_versions() == []  # nothing measured, nothing trained: the shipped model is not copied
