@@ -14,7 +14,7 @@ from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
-from .models import Candidate, CostModelVersion, MeasureResult, Target, Workload
+from .models import Candidate, CostModelVersion, MeasureResult, Target, TuningSession, Workload
 from .records import CandidateRecord, MeasureRecord, TargetRecord, TrainingRow, candidate_latency
 from .status import CONFIRM_FAILURES, MeasureStatus
 
@@ -294,3 +294,20 @@ def all_measurements(conn: Connection, target_hash: str) -> list[tuple[MeasureRe
                        confirm=bool(confirm)), trace)
         for trace, c, w, s, t, b, e, k, sid, confirm in rows
     ]
+
+
+def sessions(conn: Connection) -> list[dict]:
+    """Every tuning session, oldest first: id, args (dict; {} when unreadable), model_source, model_hash,
+    code_version, status and started_at (ISO)."""
+    out = []
+    for r in conn.execute(select(TuningSession.id, TuningSession.args, TuningSession.model_source,
+                                 TuningSession.model_hash, TuningSession.code_version, TuningSession.status,
+                                 TuningSession.started_at).order_by(TuningSession.id)):
+        try:
+            args = json.loads(r.args)
+        except (TypeError, ValueError):
+            args = {}
+        out.append({"id": r.id, "args": args if isinstance(args, dict) else {}, "model_source": r.model_source,
+                    "model_hash": r.model_hash, "code_version": r.code_version, "status": r.status,
+                    "started_at": r.started_at.isoformat() if r.started_at else None})
+    return out

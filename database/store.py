@@ -196,6 +196,11 @@ class Database:
             )
             return result.rowcount
 
+    def sessions(self) -> list[dict]:
+        """Every tuning session, oldest first (see :func:`database.queries.sessions` for the keys)."""
+        with transaction(self._engine, write=False) as conn:
+            return queries.sessions(conn)
+
     def session_trials(self, session_id: int, confirm: bool = False) -> int:
         """The number of measurements (any status) recorded by a session: its trials, or with ``confirm``
         its re-measurements of leaders (see ``MeasureRecord.confirm``)."""

@@ -48,7 +48,7 @@ from .compile import (
 from .contender import Contenders
 from .cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .cost_model.roofline import RooflineCostModel
-from .cost_model.store import load_warm_model, other_feature_versions, save_model
+from .cost_model.store import save_model, starting_model
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .load import LoadSampler, load_report
 from .model_ref import record_session
@@ -295,13 +295,8 @@ class TuneRun:
         workloads = self._workloads(db, graphs, {})
         self.progress.note(f"{len(graphs)} candidate programs, {len(workloads)} distinct workloads")
 
-        warm = load_warm_model(db, target_rec.target_hash)
-        if warm is not None:
-            self.progress.note("cost model: warm start from the database")
-        elif other_feature_versions(db, target_rec.target_hash):
-            self.progress.note("cost model: the stored versions have another feature version and are not used; "
-                               "`tune model train` trains one of this version from the database")
-        trainer = ModelTrainer(warm)
+        trainer = ModelTrainer(starting_model(db, target_rec.target_hash, target.target.kind.name,
+                                              self.progress.note))
         spaces = {h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in workloads.items()}
         new_trials: Counter = Counter()
         with Tuner(target, self.measure_config, self.search_config, o.tracker, self.progress,

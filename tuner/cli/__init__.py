@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from .dataset import dataset_app
 from .db import db_app
 from .errors import main_guard
 from .generate import generate_command
@@ -35,6 +36,7 @@ app.command("worker")(worker_command)
 app.command("workers")(workers_command)
 app.add_typer(db_app, name="db")
 app.add_typer(model_app, name="model")
+app.add_typer(dataset_app, name="dataset")
 
 
 @app.callback()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from typing import Annotated
 
 import typer
 
 from .existing import DbOption, existing_database
+from .figures import by_kind_lines, emit, fmt, with_interval, workloads_text
 
 model_app = typer.Typer(help="Train, evaluate and list cost models.", pretty_exceptions_show_locals=False,
                         no_args_is_help=True)
@@ -78,23 +77,48 @@ def load_training_set(train_db: str, db: str | None, target: str | None, key: st
     return train
 
 
-def _emit(as_json: bool, data: dict, lines: list[str]) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data) + "\n")
-    else:
-        for line in lines:
-            typer.echo(line)
 
 
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.3f}"
+ObjectiveOption = Annotated[str | None, typer.Option(
+    help="XGBoost objective: rank:pairwise (default), reg:latency, rank:ndcg or reg:normalized.")]
+
+
+def _objective(objective: str | None) -> str:
+    """The objective given, else the default (``ValueError`` naming the choices for an unknown one)."""
+    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
+
+    objective = objective or DEFAULT_OBJECTIVE
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    return objective
+
+
+@model_app.command("pretrain")
+def pretrain_command(
+    file: Annotated[str | None, typer.Argument(
+        help="The data set file (default: the repository's, tuner/cost_model/pretrained/dataset.jsonl.gz).")] = None,
+    out: Annotated[str | None, typer.Option(
+        help="Where to write the model (default: the package's pretrained model, "
+             "tuner/cost_model/pretrained/model.json.gz).")] = None,
+    objective: ObjectiveOption = None,
+    seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Train the shipped pretrained cost model from a data set file (what `tune run` starts from without its own)."""
+    from tuner.cost_model.shipped import DATASET_PATH, PRETRAINED_PATH, pretrain
+    from tuner.progress import Progress
+
+    progress = Progress(quiet=as_json)
+    info = pretrain(file or DATASET_PATH, out or PRETRAINED_PATH, _objective(objective), seed, progress.note)
+    emit(as_json, {"out": str(out or PRETRAINED_PATH), **info},
+          [f"{out or PRETRAINED_PATH}: {info['objective']}, {info['records']} records of {info['workloads']} "
+           f"workloads ({info['skipped']} skipped), feature version {info['feature_version']}"])
 
 
 @model_app.command("train")
 def train_command(
     db: DbOption = None, target: TargetOption = None, key: KeyOption = None,
-    objective: Annotated[str | None, typer.Option(
-        help="XGBoost objective: rank:pairwise (default), reg:latency, rank:ndcg or reg:normalized.")] = None,
+    objective: ObjectiveOption = None,
     seed: Annotated[int, typer.Option(help="Seed of the boosters.")] = 0,
     peak_gflops: Annotated[float | None, typer.Option(
         "--peak-gflops", help="Roofline fallback: peak GFLOP/s (default: measured on this machine).")] = None,
@@ -110,11 +134,8 @@ def train_command(
     from tuner.cost_model.dataset import load_dataset
     from tuner.cost_model.roofline import MIN_TRAIN_RECORDS, RooflineCostModel
     from tuner.cost_model.store import train_version
-    from tuner.cost_model.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
 
-    objective = objective or DEFAULT_OBJECTIVE
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    objective = _objective(objective)
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
         data = load_dataset(database, record.target_hash, tvm_target)
@@ -125,17 +146,17 @@ def train_command(
                 roof = RooflineCostModel.measured()
             msg = (f"only {len(data)} successful measurements (need {MIN_TRAIN_RECORDS}): no model stored; "
                    f"kernels are priced by the {roof.describe()}")
-            _emit(as_json, {"trained": False, "records": len(data), "fallback": "roofline",
+            emit(as_json, {"trained": False, "records": len(data), "fallback": "roofline",
                             "peak_flops_per_s": roof.peak_flops_per_s,
                             "bandwidth_bytes_per_s": roof.bandwidth_bytes_per_s, "message": msg}, [msg])
             return
         out = train_version(database, record.target_hash, data, objective, seed=seed)
     m = out["metrics"] or {}
-    _emit(as_json, {"trained": True, "target_hash": record.target_hash, **out},
+    emit(as_json, {"trained": True, "target_hash": record.target_hash, **out},
           [f"stored cost model version {out['version']}: {objective}, {out['records']} records, "
            f"{out['workloads']} workloads",
-           f"held-out workloads: top-1 {_fmt(m.get('top1'))}, top-5 {_fmt(m.get('top5'))}, "
-           f"pairwise {_fmt(m.get('pairwise'))}, Spearman {_fmt(m.get('spearman'))}"])
+           f"held-out workloads: top-1 {fmt(m.get('top1'))}, top-5 {fmt(m.get('top5'))}, "
+           f"pairwise {fmt(m.get('pairwise'))}, Spearman {fmt(m.get('spearman'))}"])
 
 
 #: the row of ``tune model eval`` that judges the measurements themselves
@@ -160,6 +181,14 @@ def eval_command(
         "--train-db", help="Train on every measurement of this database instead and judge on the workloads of --db it "
         "never measured (default: hold out workloads of --db in turn). --target and --key choose the target in both "
         "databases.")] = None,
+    hold_out_arch: Annotated[str | None, typer.Option(
+        "--hold-out-arch", help="Judge on a data set file's workloads of these models (comma-separated name prefixes, "
+        "e.g. llama,qwen3-1.7b, each in turn), trained on the workloads of none of them.")] = None,
+    hold_out_cpu: Annotated[str | None, typer.Option(
+        "--hold-out-cpu", help="Judge on a data set file's records measured on a CPU whose description contains this "
+        "text, trained on the others.")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        help="The data set file of --hold-out-arch/--hold-out-cpu (default: the repository's).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Judge cost models on held-out workloads: top-1, top-5, pairwise accuracy, Spearman, each with its 95% bootstrap interval over workloads; and the measurements themselves (repeat halves)."""  # noqa: E501 - one line: `tune model --help` lists its first paragraph with line breaks kept
@@ -181,6 +210,11 @@ def eval_command(
         if value is not None and value < 2:
             raise ValueError(f"{option} must be at least 2, got {value}")
     xgb_params = {k: v for k, v in (("n_estimators", trees), ("max_bin", max_bin)) if v is not None}
+    if hold_out_arch or hold_out_cpu:
+        from .heldout import heldout_eval
+
+        heldout_eval(dataset, hold_out_arch, hold_out_cpu, chosen, seed, min_candidates, xgb_params, as_json)
+        return
     train = None if train_db is None else load_training_set(train_db, db, target, key)
     with existing_database(db) as database:
         record, tvm_target = select_target(database, target, key)
@@ -210,16 +244,16 @@ def eval_command(
     shown = {**results, REPEATS_ROW: agreement}
     judged_n = next(iter(results.values()))["workloads"]
     lines = [f"{len(data)} measured candidates of {data.n_workloads} workloads ({data.skipped} skipped); {head}",
-             f"judged: {_workloads(judged_n)} with at least {min_candidates} candidates; each figure is the mean "
+             f"judged: {workloads_text(judged_n)} with at least {min_candidates} candidates; each figure is the mean "
              + (f"over them [its {CONFIDENCE:.0%} bootstrap interval over workloads]" if judged_n > 1 else
                 "(no interval: it needs 2 workloads or more)"),
              f"{'model':<20} " + " ".join(f"{h:>19}" for h in ("top-1", "top-5", "pairwise", "spearman"))]
-    lines += [f"{name:<20} " + " ".join(f"{_with_interval(r, m):>19}" for m in ("top1", "top5", "pairwise", "spearman"))
+    lines += [f"{name:<20} " + " ".join(f"{with_interval(r, m):>19}" for m in ("top1", "top5", "pairwise", "spearman"))
               for name, r in shown.items()]
     lines.append(f"({REPEATS_ROW}: how well two measurements agree: the candidates ranked by the first half of "
-                 f"their repeat times, judged by the second half; {_workloads(agreement['workloads'])})")
-    lines += _by_kind_lines(shown)
-    _emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
+                 f"their repeat times, judged by the second half; {workloads_text(agreement['workloads'])})")
+    lines += by_kind_lines(shown)
+    emit(as_json, {"target_hash": record.target_hash, "records": len(data), "workloads": data.n_workloads,
                     "skipped": data.skipped, "min_candidates": min_candidates, "confidence": CONFIDENCE, **extra,
                     "models": results, "repeat_agreement": agreement}, lines)
 
@@ -250,31 +284,7 @@ def _judged_rows(groups, min_candidates: int) -> int:
     return int((_workload_sizes(groups) >= min_candidates).sum())
 
 
-def _workloads(n: int) -> str:
-    return f"{n} workload" + ("" if n == 1 else "s")
 
-
-def _with_interval(result: dict, metric: str) -> str:
-    """``0.850 [0.790,0.901]``: a metric's mean and its bootstrap interval (``-`` where there is none)."""
-    bounds = result["interval"][metric]
-    tail = "" if bounds is None else f" [{bounds[0]:.3f},{bounds[1]:.3f}]"
-    return _fmt(result[metric]) + tail
-
-
-def _by_kind_lines(results: dict) -> list[str]:
-    """Top-1 and pairwise accuracy per op kind, one row per model (kinds with a measured pair only)."""
-    first = next(iter(results.values()))["by_kind"]
-    kinds = [k for k, m in first.items() if m["workloads"]]
-    if len(kinds) < 2:
-        return []
-    heads = [f"{k} ({first[k]['workloads']})" for k in kinds]
-    lines = []
-    for metric, label in (("top1", "top-1"), ("pairwise", "pairwise")):
-        lines.append(f"{label} by op kind (workloads):")
-        lines.append(f"{'model':<20} " + " ".join(f"{h:>17}" for h in heads))
-        lines += [f"{name:<20} " + " ".join(f"{_fmt(r['by_kind'][k][metric]):>17}" for k in kinds)
-                  for name, r in results.items()]
-    return lines
 
 
 @model_app.command("list")
@@ -287,6 +297,6 @@ def list_command(db: DbOption = None, as_json: JsonOption = False) -> None:
         m = v["metrics"]
         held = m.get("heldout") or {}
         lines.append(f"{v['id']:>4} {v['target_hash'][:12]:<12} {v['record_count']:>8} "
-                     f"{m.get('objective', '-'):<15} {_fmt(held.get('top1')):>6} {(v['created_at'] or '')[:19]:<20} "
+                     f"{m.get('objective', '-'):<15} {fmt(held.get('top1')):>6} {(v['created_at'] or '')[:19]:<20} "
                      f"{v['feature_version']}")
-    _emit(as_json, {"versions": versions}, lines if versions else ["no cost model stored"])
+    emit(as_json, {"versions": versions}, lines if versions else ["no cost model stored"])

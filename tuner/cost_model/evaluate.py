@@ -82,6 +82,35 @@ def pairwise_accuracy(latency_s: np.ndarray, score: np.ndarray) -> float | None:
     return float(agree.mean())
 
 
+def distinct_pairwise_accuracy(latency_s: np.ndarray, score: np.ndarray, noise_s: np.ndarray) -> float | None:
+    """:func:`pairwise_accuracy` over the pairs the measurements themselves tell apart.
+
+    A pair counts when its latencies differ by more than the sum of the two
+    candidates' repeat-halves noise ``noise_s`` (seconds, :func:`repeat_noise`): the
+    gap between the medians of the first and second half of each one's repeat
+    times. A pair with an unknown noise (NaN) does not count. None when no pair counts.
+    """
+    lat, sc, noise = np.asarray(latency_s), np.asarray(score), np.asarray(noise_s, np.float64)
+    i, j = np.triu_indices(len(lat), k=1)
+    keep = np.abs(lat[i] - lat[j]) > noise[i] + noise[j]  # False where a noise is NaN
+    if not keep.any():
+        return None
+    i, j = i[keep], j[keep]
+    agree = np.where(lat[i] < lat[j], sc[i] > sc[j], sc[j] > sc[i]).astype(float)
+    agree[sc[i] == sc[j]] = 0.5
+    return float(agree.mean())
+
+
+def repeat_noise(times_s) -> float:
+    """A candidate's repeat-halves noise in seconds: |median of the first ``ceil(n / 2)`` repeat times - median of
+    the rest|, as :func:`repeat_agreement` splits them; NaN with fewer than 2 times."""
+    times = np.asarray(times_s, np.float64)
+    if len(times) < 2:
+        return float("nan")
+    half = (len(times) + 1) // 2
+    return float(abs(np.median(times[:half]) - np.median(times[half:])))
+
+
 def spearman(latency_s: np.ndarray, score: np.ndarray) -> float | None:
     """Spearman's rho between score and throughput (1 / latency); None when either is constant."""
     with warnings.catch_warnings():
@@ -90,12 +119,15 @@ def spearman(latency_s: np.ndarray, score: np.ndarray) -> float | None:
     return None if not np.isfinite(rho) else float(rho)
 
 
-def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, min_candidates: int = 2) -> dict:
+def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, min_candidates: int = 2,
+                    noise_s: np.ndarray | None = None) -> dict:
     """Mean top-1, top-5, pairwise accuracy and Spearman over groups with ``min_candidates`` or more candidates.
 
     Returns ``{top1, top5, pairwise, spearman, workloads, interval}``: each mean
     (None with no group to judge), the groups judged, and ``interval`` mapping each
     metric to the ``[low, high]`` bounds of its mean (see :func:`mean_interval`).
+    With ``noise_s`` (each candidate's repeat-halves noise in seconds, :func:`repeat_noise`),
+    ``pairwise_distinct`` too: :func:`distinct_pairwise_accuracy`, beside the plain pairwise.
 
     Raises
     ------
@@ -105,6 +137,8 @@ def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray
     if min_candidates < 2:
         raise ValueError(f"a workload needs at least 2 candidates to rank, min_candidates is {min_candidates}")
     per: dict[str, list[float]] = {"top1": [], "top5": [], "pairwise": [], "spearman": []}
+    if noise_s is not None:
+        per["pairwise_distinct"] = []
     for g in np.unique(groups):
         m = groups == g
         if m.sum() < min_candidates:
@@ -112,7 +146,10 @@ def ranking_metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray
         lat, sc = latency_s[m], score[m]
         per["top1"].append(topk_score(lat, sc, 1))
         per["top5"].append(topk_score(lat, sc, 5))
-        for name, value in (("pairwise", pairwise_accuracy(lat, sc)), ("spearman", spearman(lat, sc))):
+        values = [("pairwise", pairwise_accuracy(lat, sc)), ("spearman", spearman(lat, sc))]
+        if noise_s is not None:
+            values.append(("pairwise_distinct", distinct_pairwise_accuracy(lat, sc, noise_s[m])))
+        for name, value in values:
             if value is not None:
                 per[name].append(value)
     out: dict = {name: (float(np.mean(v)) if v else None) for name, v in per.items()}
@@ -195,7 +232,7 @@ def evaluate(data: Dataset, models: tuple[str, ...] = MODELS, seed: int = 0,
         for train, test in folds:
             scorer = fit_scorer(name, data.X[train], data.latency_s[train], data.groups[train], seed, xgb_params)
             score[test] = scorer(data.X[test])
-        results[name] = _metrics(data.latency_s, score, data.groups, data.kinds, min_candidates)
+        results[name] = metrics(data.latency_s, score, data.groups, data.kinds, min_candidates)
     return results
 
 
@@ -221,7 +258,7 @@ def evaluate_transfer(train: Dataset, test: Dataset, models: tuple[str, ...] = M
     results = {}
     for name in models:
         score = fit_scorer(name, train.X, train.latency_s, train.groups, seed, xgb_params)(test.X[keep])
-        results[name] = _metrics(test.latency_s[keep], score, test.groups[keep], test.kinds[keep], min_candidates)
+        results[name] = metrics(test.latency_s[keep], score, test.groups[keep], test.kinds[keep], min_candidates)
     return results
 
 
@@ -251,7 +288,7 @@ def repeat_agreement(repeats: dict[str, tuple[float, ...]], data: Dataset,
         first.append(np.median(times[:half]))
         second.append(np.median(times[half:]))
     idx = np.array(idx, np.int64)
-    return _metrics(np.array(second), -np.array(first), data.groups[idx], data.kinds[idx], min_candidates)
+    return metrics(np.array(second), -np.array(first), data.groups[idx], data.kinds[idx], min_candidates)
 
 
 def unseen_workloads(train: Dataset, test: Dataset) -> np.ndarray:
@@ -259,10 +296,11 @@ def unseen_workloads(train: Dataset, test: Dataset) -> np.ndarray:
     return ~np.isin(test.groups, np.unique(train.groups))
 
 
-def _metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, kinds: np.ndarray,
-             min_candidates: int) -> dict:
-    out = ranking_metrics(latency_s, score, groups, min_candidates)
+def metrics(latency_s: np.ndarray, score: np.ndarray, groups: np.ndarray, kinds: np.ndarray,
+            min_candidates: int, noise_s: np.ndarray | None = None) -> dict:
+    """:func:`ranking_metrics` over all groups, and again per op kind (``by_kind``)."""
+    out = ranking_metrics(latency_s, score, groups, min_candidates, noise_s)
     out["by_kind"] = {kind: ranking_metrics(latency_s[kinds == kind], score[kinds == kind], groups[kinds == kind],
-                                            min_candidates)
+                                            min_candidates, None if noise_s is None else noise_s[kinds == kind])
                       for kind in sorted(set(kinds.tolist()))}
     return out

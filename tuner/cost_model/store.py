@@ -31,6 +31,37 @@ def load_warm_model(db, target_hash: str, warn=None) -> XGBCostModel | None:
     return None
 
 
+def starting_model(db, target_hash: str, target_kind: str, note, shipped_path=None) -> XGBCostModel | None:
+    """The model a run starts from, and a note saying which: the database's own, else the shipped one, else None.
+
+    The database's newest compatible version (:func:`load_warm_model`) comes first.
+    Without one, the shipped pretrained model (:mod:`tuner.cost_model.shipped`, at
+    ``shipped_path``, default :func:`~tuner.cost_model.shipped.pretrained_path`) is used when it has seen
+    ``target_kind`` (a TVM target kind such as ``llvm``); one that is unreadable or of
+    another feature version is not used, and ``note`` says why.
+    """
+    from .shipped import PretrainedModelError, load_shipped, pretrained_path
+
+    warm = load_warm_model(db, target_hash)
+    if warm is not None:
+        note("cost model: warm start from the database")
+        return warm
+    if other_feature_versions(db, target_hash):
+        note("cost model: the stored versions have another feature version and are not used; "
+             "`tune model train` trains one of this version from the database")
+    try:
+        path = shipped_path or pretrained_path()
+        shipped = None if path is None else load_shipped(path)
+    except PretrainedModelError as err:
+        note(f"cost model: {err}")
+        return None
+    if shipped is None or target_kind not in shipped.info.get("target_kinds", ()):
+        return None
+    note(f"cost model: the database has no model of its own for this target; starting from the shipped pretrained "
+         f"model ({shipped.describe()}); this run's model replaces it for this database")
+    return shipped.model
+
+
 def other_feature_versions(db, target_hash: str) -> list[str]:
     """Feature versions other than this code's that stored models for ``target_hash`` have (never loaded)."""
     return sorted({v["feature_version"] for v in db.cost_model_versions(target_hash)} - {FEATURE_VERSION})
@@ -39,12 +70,15 @@ def other_feature_versions(db, target_hash: str) -> list[str]:
 def save_model(db, target_hash: str, trainer, metrics: dict | None = None) -> int | None:
     """Store the session's model (if it was ever fitted); returns the version id or None.
 
+    A trainer that never retrained (a run that measured nothing) stores nothing: its
+    model is the one it started from, the database's own or the shipped one.
+
     The metrics JSON records the objective, the training record count and the
     span (ISO times of the first and last successful measurement on the target),
     plus ``metrics`` when given (evaluation figures).
     """
     model = trainer.model
-    if not model.fitted:
+    if not model.fitted or model is trainer.base:  # the model it started from, untouched: nothing new to store
         return None
     span = db.ok_span(target_hash)
     info = {"objective": model.objective, "train_records": model.n_records_,
