@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from measure.tvmapi import structural_equal, structural_hash
+from measure.tvmapi import release_vm_memory, structural_equal, structural_hash
 
 __all__ = ["CandidateMismatch", "check_equivalent", "run_module"]
 
@@ -41,10 +41,15 @@ def run_module(mod: tvm.IRModule, inputs: Sequence[np.ndarray]) -> list[np.ndarr
     -------
     list of numpy.ndarray
         The output tensors, tuples flattened depth first.
+
+    The VM's pooled memory (the program's intermediates, as large as its weights
+    where it transposes them) is freed before it returns, not kept for a next call.
     """
     vm = relax.VirtualMachine(_build(mod), tvm.cpu())
-    result = vm["main"](*[tvm.runtime.tensor(np.require(a, requirements="C")) for a in inputs])
-    return _flatten(result)
+    outputs = _flatten(vm["main"](*[tvm.runtime.tensor(np.require(a, requirements="C")) for a in inputs]))
+    del vm
+    release_vm_memory()
+    return outputs
 
 
 _BUILT: list[tuple[int, tvm.IRModule, Any]] = []

@@ -21,6 +21,7 @@ from database import (
     DatabaseError,
     GraphCandidateRecord,
     Heartbeat,
+    ProgramTimingRecord,
     SessionStatus,
     open_database,
     stale_after_s,
@@ -35,6 +36,7 @@ from measure import LOCAL_KEY, MeasureConfig, parse_tracker, wait_for_key
 
 from .choose import price_programs
 from .compile import (
+    ProgramRun,
     build_default,
     build_tuned,
     export,
@@ -48,6 +50,7 @@ from .cost_model.roofline import RooflineCostModel
 from .cost_model.store import load_warm_model, other_feature_versions, save_model
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .load import LoadSampler, load_report
+from .memory import MemorySampler
 from .model_ref import record_session
 from .options import RunOptions, TuneError
 from .progress import Progress
@@ -55,6 +58,9 @@ from .search.search import ModelTrainer, SearchConfig
 from .search.tune import Tuner
 from .space.space import ScheduleSpace
 from .target import resolve_target
+
+TVM_DEFAULT = "tvm_default"
+"""The ``program`` of TVM's untuned default build in the database's ``program_timing``."""
 
 
 @dataclass
@@ -97,6 +103,11 @@ class RunSummary:
     its re-measurements of the kernels' leaders (:mod:`tuner.search.confirm`).
     ``load_average`` is :func:`tuner.load.load_report`: the largest 1-minute load
     average while tuning and while timing, and the cores the run may use.
+    ``memory`` is :meth:`tuner.memory.MemorySampler.report`: the run's peak memory
+    (bytes, this process and the processes it started) beside its weights' bytes.
+    ``tvm_default`` says where ``latency_s["tvm_default"]`` comes from: ``session_id``
+    of the session that timed TVM's default build and ``reused`` (true when an earlier
+    session's timing stored in the database was reused, not timed again).
     """
 
     session_id: int
@@ -115,6 +126,8 @@ class RunSummary:
     repriced: dict | None = None
     confirm_measurements: int = 0
     load_average: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    tvm_default: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
         """The summary as plain JSON values (what ``--json`` prints)."""
@@ -233,11 +246,14 @@ class TuneRun:
         except DatabaseError as exc:  # name the option, as the reading commands do
             raise DatabaseError(f"--db: {exc}") from None
         try:
-            with self.progress.status("importing the model"):
-                model = import_model(source, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
-                                     seed=o.seed)
-            self._check_stop()
-            return self._run(db, source, model, target)
+            with MemorySampler() as memory:
+                with self.progress.status("importing the model"):
+                    model = import_model(source, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
+                                         seed=o.seed)
+                self._check_stop()
+                summary = self._run(db, source, model, target)
+            summary.memory = memory.report(sum(p.nbytes for p in model.params))
+            return summary
         finally:
             db.close()
 
@@ -324,8 +340,13 @@ class TuneRun:
             ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer, known)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
+            default = self._stored_default(db, model, target_rec)
             timed, latency, artifact, err = self._compile_and_time(model, target.target, ranked[:o.measure_top], spaces,
-                                                                   choices, tracker, key, session_id)
+                                                                   choices, tracker, key, session_id, default)
+            if default is None:
+                db.add_program_timing(ProgramTimingRecord(model.model_hash, target_rec.target_hash, TVM_DEFAULT,
+                                                          latency.pop("tvm_default_times_s"), session_id))
+            default_from = {"session_id": default.session_id if default else session_id, "reused": default is not None}
         for c, measured in timed:
             db.update_graph_latency(_graph_hash(model.model_hash, c.term_text), predicted=prices[c.term_hash],
                                     measured=measured)
@@ -352,6 +373,7 @@ class TuneRun:
                              "predicted_latency_s": prices[c.term_hash], "measured_latency_s": t} for c, t in timed],
             repriced=repriced,
             load_average=load_report(self._tuning_load, self._timing_load),
+            tvm_default=default_from,
         )
 
     def _add_candidate(self, db, model, example, cand, graphs: list, cand_info: list) -> bool:
@@ -443,7 +465,21 @@ class TuneRun:
             source=choice.source,
         )
 
-    def _compile_and_time(self, model, target, ranked, spaces, choices, tracker, key, session_id):
+    def _stored_default(self, db, model, target_rec) -> ProgramTimingRecord | None:
+        """The stored timing of TVM's default build of this model on this target, when it may be reused.
+
+        None with ``--retime-default``, when none is stored, or when the model has no
+        reference outputs of its own (then the default build's outputs are the reference).
+        """
+        if self.opts.retime_default or model.reference_outputs() is None:
+            return None
+        stored = db.program_timing(model.model_hash, target_rec.target_hash, TVM_DEFAULT)
+        if stored is not None:
+            self.progress.note(f"TVM's default build: its timing from session {stored.session_id} is reused "
+                               "(--retime-default times it again)")
+        return stored
+
+    def _compile_and_time(self, model, target, ranked, spaces, choices, tracker, key, session_id, default=None):
         """Build the cheapest programs of ``ranked`` and TVM's default build, time them in one worker session.
 
         The contenders are timed interleaved, round by round (:func:`tuner.compile.run_on_worker`):
@@ -453,9 +489,13 @@ class TuneRun:
         of the machine's load meanwhile slows each contender alike; each figure is the
         median of its repeats. The 1-minute load average is sampled meanwhile.
 
+        ``default``, a stored timing of the default build (:meth:`_stored_default`), is
+        used as it is: the default build is then neither built nor timed.
+
         Returns ``(timed, latency, artifact, max_abs_error)``: ``timed`` pairs each
         program's candidate with its measured seconds; ``latency`` holds the fastest
-        one's (``tuned``), the default build's and PyTorch eager's seconds; the
+        one's (``tuned``), the default build's and PyTorch eager's seconds (and, when
+        the default build was timed now, its repeat times as ``tvm_default_times_s``); the
         artifact is the fastest program's library (the others are removed).
 
         Raises
@@ -475,8 +515,9 @@ class TuneRun:
             with self.progress.status(f"building candidate program {i + 1} of {len(ranked)} ({cand.term_hash[:10]})"):
                 paths.append(export(build_tuned(fused, scheduled, target), f"{stem}-{cand.term_hash[:10]}.so"))
         args = list(model.inputs) + list(model.params)
-        with self.progress.status("building TVM's default program"):
-            default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
+        if default is None:
+            with self.progress.status("building TVM's default program"):
+                paths.append(export(build_default(model.mod, target), stem + "-tvm-default.so"))
         eager: list[float] = []
         between = None
         if model.has_torch:
@@ -487,16 +528,19 @@ class TuneRun:
 
         what = "the programs and PyTorch eager, interleaved" if model.has_torch else "the programs, interleaved"
         with self.progress.status(f"timing {what}"), self._timing_load:
-            *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config,
-                                           [prepared_inputs(fused) for _, fused, _ in ranked] + [None], between)
-        for what, run in [(f"program {c.term_hash[:10]}", r) for (c, _, _), r in zip(ranked, runs)] + [
-                ("TVM's default program", default)]:
+            runs = run_on_worker(paths, args, tracker, key, self.measure_config,
+                                 [prepared_inputs(fused) for _, fused, _ in ranked] + [None] * (default is None),
+                                 between)
+        names = [f"program {c.term_hash[:10]}" for c, _, _ in ranked] + ["TVM's default program"]
+        for what, run in zip(names, runs):
             if len(run.times_s) < o.repeat:
                 self.progress.note(f"{what} takes {run.median_s:.3g} s a call: timed {len(run.times_s)} times, "
                                    f"not {o.repeat}")
-        reference = model.reference_outputs() or default.outputs
+        reference = model.reference_outputs() or runs[-1].outputs
         errors = [verify(run.outputs, reference) for run in runs]
-        verify(default.outputs, reference)
+        if default is None:
+            default = runs.pop()
+            paths.pop()
         fastest = min(range(len(runs)), key=lambda i: runs[i].median_s)
         for i, path in enumerate(paths):
             if i != fastest:
@@ -507,6 +551,8 @@ class TuneRun:
         torch_s = float(np.median(eager)) if eager else None
         timed = [(c, r.median_s) for (c, _, _), r in zip(ranked, runs)]
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
+        if isinstance(default, ProgramRun):
+            latency["tvm_default_times_s"] = default.times_s
         return timed, latency, paths[fastest], errors[fastest]
 
 
