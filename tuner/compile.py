@@ -167,8 +167,9 @@ def run_on_worker(
 
     Memory on the worker: ``args`` are uploaded once and shared by every program;
     each prepared program adds its prepared weights (about one more copy of the
-    weights). When every program is prepared, the uploaded weights are dropped
-    once all have been prepared, so the worker holds the prepared copies only.
+    weights), and the intermediates of its transform are freed at once. When every
+    program is prepared, the uploaded weights are dropped once all are loaded, so
+    the worker holds the prepared copies only.
     """
     session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(
         key, session_timeout=config.timeout_s * 10
@@ -179,7 +180,6 @@ def run_on_worker(
         uploaded = [tvm.runtime.tensor(a, device=dev) for a in args]
         loaded = [_load_program(session, a, uploaded, config, n) for a, n in zip(artifacts, splits, strict=True)]
         del uploaded  # the programs hold what they use: the weights as given only if one is not prepared
-        release_vm_memory(session)  # the weight transforms' intermediates
         times: list[list[float]] = [[] for _ in loaded]
         for r in range(max(p.repeat for p in loaded)):
             for p, t in zip(loaded, times):
@@ -218,6 +218,7 @@ def _load_program(session, artifact: str, tensors: list, config: MeasureConfig, 
         prepare.invoke_stateful(TRANSFORM_WEIGHTS)
         tensors = tensors[:num_inputs] + list(prepare.get_outputs(TRANSFORM_WEIGHTS))
         del prepare
+        release_vm_memory(session)  # the transform's intermediates, as large as the weights
     vm = relax.VirtualMachine(lib, dev)
     vm.set_input("main", *tensors)
     start = time.perf_counter()

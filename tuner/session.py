@@ -480,17 +480,17 @@ class TuneRun:
         return stored
 
     def _compile_and_time(self, model, target, ranked, spaces, choices, tracker, key, session_id, default=None):
-        """Build the cheapest programs of ``ranked`` and TVM's default build, time them in one worker session.
+        """Build the cheapest programs of ``ranked`` and TVM's default build, time them on the worker.
 
-        The contenders are timed interleaved, round by round (:func:`tuner.compile.run_on_worker`):
-        in each round one repeat of every candidate program and of the default build on
-        the worker, one after the other, then PyTorch eager in this process (enough calls
-        a round for at least 5 in all, after 2 untimed calls in the first), so a change
-        of the machine's load meanwhile slows each contender alike; each figure is the
-        median of its repeats. The 1-minute load average is sampled meanwhile.
-
-        ``default``, a stored timing of the default build (:meth:`_stored_default`), is
-        used as it is: the default build is then neither built nor timed.
+        TVM's default build is timed first, in a worker session of its own (so the
+        worker never holds its weights and intermediates beside the programs'), unless
+        ``default``, a stored timing of it (:meth:`_stored_default`), is given: it is then
+        neither built nor timed. The candidate programs are timed interleaved, round by
+        round (:func:`tuner.compile.run_on_worker`): in each round one repeat of every
+        candidate program on the worker, one after the other, then PyTorch eager in this
+        process (enough calls a round for at least 5 in all, after 2 untimed calls in the
+        first), so a change of the machine's load meanwhile slows each contender alike;
+        each figure is the median of its repeats. The 1-minute load average is sampled meanwhile.
 
         Returns ``(timed, latency, artifact, max_abs_error)``: ``timed`` pairs each
         program's candidate with its measured seconds; ``latency`` holds the fastest
@@ -517,7 +517,9 @@ class TuneRun:
         args = list(model.inputs) + list(model.params)
         if default is None:
             with self.progress.status("building TVM's default program"):
-                paths.append(export(build_default(model.mod, target), stem + "-tvm-default.so"))
+                default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
+            with self.progress.status("timing TVM's default program"), self._timing_load:
+                (default,) = run_on_worker([default_path], args, tracker, key, self.measure_config)
         eager: list[float] = []
         between = None
         if model.has_torch:
@@ -529,18 +531,16 @@ class TuneRun:
         what = "the programs and PyTorch eager, interleaved" if model.has_torch else "the programs, interleaved"
         with self.progress.status(f"timing {what}"), self._timing_load:
             runs = run_on_worker(paths, args, tracker, key, self.measure_config,
-                                 [prepared_inputs(fused) for _, fused, _ in ranked] + [None] * (default is None),
-                                 between)
-        names = [f"program {c.term_hash[:10]}" for c, _, _ in ranked] + ["TVM's default program"]
-        for what, run in zip(names, runs):
+                                 [prepared_inputs(fused) for _, fused, _ in ranked], between)
+        timed_now = [(f"program {c.term_hash[:10]}", r) for (c, _, _), r in zip(ranked, runs)]
+        if isinstance(default, ProgramRun):
+            timed_now.append(("TVM's default program", default))
+        for what, run in timed_now:
             if len(run.times_s) < o.repeat:
                 self.progress.note(f"{what} takes {run.median_s:.3g} s a call: timed {len(run.times_s)} times, "
                                    f"not {o.repeat}")
-        reference = model.reference_outputs() or runs[-1].outputs
-        errors = [verify(run.outputs, reference) for run in runs]
-        if default is None:
-            default = runs.pop()
-            paths.pop()
+        reference = model.reference_outputs() or default.outputs  # a stored default comes with a reference
+        errors = [verify(run.outputs, reference) for _, run in timed_now]
         fastest = min(range(len(runs)), key=lambda i: runs[i].median_s)
         for i, path in enumerate(paths):
             if i != fastest:
