@@ -170,7 +170,11 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
                     os.environ["BENCH_WORK_DIR"], layer_db_name(model, stage, seq_len, kv_len)))
             per_stage[stage] = {"ours_s": ours, "torch_eager_s": torch_s, "metaschedule_s": ms_s,
                                 "trials": summary.measured_trials, "rewrites": summary.graph["rewrites"],
-                                "priced_s": summary.graph["predicted_latency_s"], "kernels": kernels}
+                                "priced_s": summary.graph["predicted_latency_s"], "kernels": kernels,
+                                "memory": summary.memory}
+            memory = summary.memory  # peak of the run's processes over its weights (tuner.memory)
+            result.rows.append(Row(f"{stage} run's peak memory (bytes), times the weights' bytes", memory["peak_bytes"],
+                                   memory["weight_bytes"], "weights", memory["peak_to_weights"], "reported", None))
             for anchor_name, anchor in (("PyTorch eager", torch_s), ("MetaSchedule tune_relax", ms_s)):
                 goal = GOALS.get((stage, anchor_name))
                 what = f"{stage} layer latency (s), speed-up over {anchor_name}"

@@ -331,7 +331,7 @@ class TuneRun:
                         spaces.update({h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in new.items()})
                         workloads.update(new)
                         tune(new)
-                tuner.measurer.release()
+                tuner.end_tuning()
             tracker, key = tuner.address, tuner.key
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
