@@ -82,6 +82,8 @@ def test_a_runs_peak_memory_is_reported_and_within_a_few_copies_of_its_weights(t
 
     added = weight_bytes(mid) - weight_bytes(tiny)
     added_outside = large_outside - small_outside
+    print(f"peak PSS measured from outside: tiny {small_outside} B, mid {large_outside} B; the mid layer adds "
+          f"{added_outside / added:.2f} copies of the {added} B of weights it adds")
     assert added_outside <= COPIES * added, (
         f"measured from outside: the larger layer adds {added_outside / added:.2f} copies of its weights")
     for summary, config, outside in ((small, tiny, small_outside), (large, mid, large_outside)):
