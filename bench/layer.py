@@ -251,7 +251,11 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
             per_stage[stage] = {"ours_s": ours, "peers_s": peers, "metaschedule_s": ms_s,
                                 "peer_status": summary.peers,
                                 "trials": summary.measured_trials, "rewrites": summary.graph["rewrites"],
-                                "priced_s": summary.graph["predicted_latency_s"], "kernels": kernels}
+                                "priced_s": summary.graph["predicted_latency_s"], "kernels": kernels,
+                                "memory": summary.memory}
+            memory = summary.memory  # peak of the run's processes over its weights (tuner.memory)
+            result.rows.append(Row(f"{stage} run's peak memory (bytes), times the weights' bytes", memory["peak_bytes"],
+                                   memory["weight_bytes"], "weights", memory["peak_to_weights"], "reported", None))
             result.rows += stage_rows(stage, ours, peers, ms_s)
             if cold and stage == "decode":
                 try:

@@ -7,7 +7,7 @@ UTC, taken from the database's clock (:class:`utcnow`), never the client's.
 
 Rows keyed by a hash (target, workload, candidate, graph_candidate) are written
 once and never updated, except the two latency columns of ``graph_candidate``.
-``measure_result`` is append-only: a repeated measurement is a new row.
+``measure_result`` and ``program_timing`` are append-only: a repeated measurement is a new row.
 """
 
 from __future__ import annotations
@@ -207,4 +207,23 @@ class GraphCandidate(Base):
     workload_hashes: Mapped[str] = mapped_column(Text)  # JSON list
     predicted_latency_s: Mapped[float | None] = mapped_column(Float)
     measured_latency_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())
+
+
+class ProgramTiming(Base):
+    """An end-to-end timing of a reference program of a model on a target (append-only).
+
+    ``program`` names the reference (``tvm_default``: TVM's untuned default build);
+    ``times_s`` holds its repeat times, ``median_s`` their median (seconds).
+    """
+
+    __tablename__ = "program_timing"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_hash: Mapped[str] = mapped_column(HASH, index=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("target.id"), index=True)
+    program: Mapped[str] = mapped_column(String(32))
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("session.id"), index=True)
+    times_s: Mapped[str] = mapped_column(Text)  # JSON list of repeat times, seconds
+    median_s: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow())

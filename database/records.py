@@ -195,3 +195,20 @@ class GraphCandidateRecord:
     def graph_hash(self) -> str:
         """SHA-256 over the model hash and the term text."""
         return sha256_text(self.model_hash + "\n" + self.term_text)
+
+
+@dataclass(frozen=True)
+class ProgramTimingRecord:
+    """An end-to-end timing of a reference program (``program``, e.g. ``tvm_default``) of a
+    model (``model_hash``) on a target: its repeat times in seconds and the session that took it."""
+
+    model_hash: str
+    target_hash: str
+    program: str
+    times_s: tuple[float, ...]
+    session_id: int | None = None
+
+    @property
+    def median_s(self) -> float:
+        """Median of the repeat times (seconds)."""
+        return statistics.median(self.times_s)

@@ -35,6 +35,7 @@ from .models import (
     CostModelVersion,
     GraphCandidate,
     MeasureResult,
+    ProgramTiming,
     Target,
     TuningSession,
     Workload,
@@ -45,6 +46,7 @@ from .records import (
     CandidateRecord,
     GraphCandidateRecord,
     MeasureRecord,
+    ProgramTimingRecord,
     TargetRecord,
     TrainingRow,
     WorkloadRecord,
@@ -612,6 +614,39 @@ class Database:
             )
             if result.rowcount == 0:
                 raise DatabaseError(f"unknown graph candidate {graph_hash}: add_graph_candidate first")
+
+    # -- reference programs -----------------------------------------------
+
+    def add_program_timing(self, timing: ProgramTimingRecord) -> None:
+        """Record an end-to-end timing of a reference program (append-only).
+
+        Raises
+        ------
+        DatabaseError
+            The target is unknown (``add_target`` first) or there are no times.
+        """
+        if not timing.times_s:
+            raise DatabaseError(f"no times to record for program {timing.program}")
+        with transaction(self._engine) as conn:
+            target_id = _require_ids(conn, Target.target_hash, [timing.target_hash], "target", "add_target")
+            conn.execute(ProgramTiming.__table__.insert().values(
+                model_hash=timing.model_hash, target_id=target_id[timing.target_hash], program=timing.program,
+                session_id=timing.session_id, times_s=json.dumps(list(timing.times_s)),
+                median_s=timing.median_s))
+
+    def program_timing(self, model_hash: str, target_hash: str, program: str) -> ProgramTimingRecord | None:
+        """The newest timing of ``program`` of the model on the target, or None."""
+        with transaction(self._engine, write=False) as conn:
+            row = conn.execute(
+                select(ProgramTiming.times_s, ProgramTiming.session_id)
+                .join(Target, Target.id == ProgramTiming.target_id)
+                .where(ProgramTiming.model_hash == model_hash, Target.target_hash == target_hash,
+                       ProgramTiming.program == program)
+                .order_by(ProgramTiming.id.desc()).limit(1)
+            ).first()
+        if row is None:
+            return None
+        return ProgramTimingRecord(model_hash, target_hash, program, tuple(json.loads(row.times_s)), row.session_id)
 
     # -- summary ----------------------------------------------------------
 

@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from measure.tvmapi import structural_equal, structural_hash
+from measure.tvmapi import release_vm_memory, structural_equal, structural_hash
 
 __all__ = ["CandidateMismatch", "check_equivalent", "run_module"]
 
@@ -41,10 +41,37 @@ def run_module(mod: tvm.IRModule, inputs: Sequence[np.ndarray]) -> list[np.ndarr
     -------
     list of numpy.ndarray
         The output tensors, tuples flattened depth first.
+
+    The VM's pooled memory (the program's intermediates, as large as its weights
+    where it transposes them) is freed before it returns, not kept for a next call.
     """
     vm = relax.VirtualMachine(_build(mod), tvm.cpu())
-    result = vm["main"](*[tvm.runtime.tensor(np.require(a, requirements="C")) for a in inputs])
-    return _flatten(result)
+    outputs = _flatten(vm["main"](*[_host_tensor(a) for a in inputs]))
+    del vm
+    release_vm_memory()
+    return outputs
+
+
+_DLPACK_ALIGNMENT = 64  # bytes: TVM refuses to share a buffer at a less aligned address (tvm_ffi's FromDLPack)
+
+
+def _host_tensor(array: np.ndarray) -> tvm.runtime.Tensor:
+    """``array`` as a TVM tensor on the CPU, sharing its memory where TVM allows it, else a copy.
+
+    A weight (PyTorch's memory, 64-byte aligned) is shared, not copied: a copy of
+    every weight for each program run would double the weights' memory. The
+    programs read their arguments only, so a read-only array is shared through a
+    writeable view of it (DLPack cannot mark a buffer read-only).
+    """
+    array = np.require(array, requirements="C")
+    if array.ctypes.data % _DLPACK_ALIGNMENT or not array.size:
+        return tvm.runtime.tensor(array)
+    view = array.view()
+    try:
+        view.flags.writeable = True
+    except ValueError:  # memory that was never writeable (a read-only buffer)
+        return tvm.runtime.tensor(array)
+    return tvm.runtime.from_dlpack(view)
 
 
 _BUILT: list[tuple[int, tvm.IRModule, Any]] = []

@@ -298,6 +298,21 @@ def build_and_export(mod: tvm.IRModule, target: tvm.target.Target) -> str:
 _CPU_INTRINSICS = {"x86": ("x86", "i386", "i686"), "arm_cpu": ("aarch64", "arm"), "riscv_cpu": ("riscv",)}
 
 
+def release_vm_memory(session=None) -> None:
+    """Free the memory the Relax virtual machine's pooled allocator keeps for reuse.
+
+    In this process, or with ``session`` (a TVM RPC session) in the worker's.
+
+    The VM allocates its tensors (a program's intermediates and outputs) from a
+    per-device pool that keeps freed buffers for the next call, across VMs: after a
+    layer has run, its intermediates stay allocated, as large as its weights where
+    ``main`` transposes them. Buffers still in use are not touched. The global
+    function's name is TVM's (``src/runtime/memory/memory_manager.cc``).
+    """
+    name = "vm.builtin.memory_manager.clear"
+    (tvm.get_global_func(name) if session is None else session.get_function(name))()
+
+
 def _cpu_intrinsic_modules(target: tvm.target.Target) -> list[str]:
     """The ``tensor_intrin`` modules for an ``llvm`` target's architecture (its ``mtriple``).
 

@@ -24,7 +24,7 @@ from tvm import relax
 from tvm import rpc as tvm_rpc
 
 from measure import MeasureConfig, TrackerAddress
-from measure.tvmapi import lower_and_finalize_passes
+from measure.tvmapi import lower_and_finalize_passes, release_vm_memory
 
 TRANSFORM_WEIGHTS = "transform_weights"
 """Name of the function that prepares the weights of a program built from :func:`prepare_weights`."""
@@ -172,13 +172,22 @@ def run_on_worker(
     there). ``num_inputs[i]``, when not None, says artifact ``i`` was built from
     :func:`prepare_weights` with that many activations: its ``transform_weights``
     runs once on ``args[n:]`` before, and outside, the timing.
+
+    Memory on the worker: ``args`` are uploaded once and shared by every program;
+    each prepared program adds its prepared weights (about one more copy of the
+    weights), and the intermediates of its transform are freed at once. When every
+    program is prepared, the uploaded weights are dropped once all are loaded, so
+    the worker holds the prepared copies only.
     """
     session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(
         key, session_timeout=config.timeout_s * 10
     )
     splits = num_inputs or [None] * len(artifacts)
     try:
-        loaded = [_load_program(session, a, args, config, n) for a, n in zip(artifacts, splits, strict=True)]
+        dev = session.cpu()
+        uploaded = [tvm.runtime.tensor(a, device=dev) for a in args]
+        loaded = [_load_program(session, a, uploaded, config, n) for a, n in zip(artifacts, splits, strict=True)]
+        del uploaded  # the programs hold what they use: the weights as given only if one is not prepared
         times: list[list[float]] = [[] for _ in loaded]
         for r in range(max(p.repeat for p in loaded)):
             for p, t in zip(loaded, times):
@@ -205,17 +214,20 @@ class _Loaded:
     vm: object
 
 
-def _load_program(session, artifact: str, args: list[np.ndarray], config: MeasureConfig,
-                  num_inputs: int | None) -> _Loaded:
+def _load_program(session, artifact: str, tensors: list, config: MeasureConfig, num_inputs: int | None) -> _Loaded:
+    """Load ``artifact`` on the worker with its arguments ``tensors`` (already there), run it once, set its timer."""
     name = os.path.basename(artifact)
     session.upload(artifact, name)
     dev = session.cpu()
-    vm = relax.VirtualMachine(session.load_module(name), dev)
-    tensors = [tvm.runtime.tensor(a, device=dev) for a in args]
-    if num_inputs is not None:
-        vm.set_input(TRANSFORM_WEIGHTS, *tensors[num_inputs:])
-        vm.invoke_stateful(TRANSFORM_WEIGHTS)
-        tensors = tensors[:num_inputs] + list(vm.get_outputs(TRANSFORM_WEIGHTS))
+    lib = session.load_module(name)
+    if num_inputs is not None:  # in a VM of its own, which drops the weights as given when it goes
+        prepare = relax.VirtualMachine(lib, dev)
+        prepare.set_input(TRANSFORM_WEIGHTS, *tensors[num_inputs:])
+        prepare.invoke_stateful(TRANSFORM_WEIGHTS)
+        tensors = tensors[:num_inputs] + list(prepare.get_outputs(TRANSFORM_WEIGHTS))
+        del prepare
+        release_vm_memory(session)  # the transform's intermediates, as large as the weights
+    vm = relax.VirtualMachine(lib, dev)
     vm.set_input("main", *tensors)
     start = time.perf_counter()
     vm.invoke_stateful("main")

@@ -15,7 +15,8 @@ busy tuning phase is possible on a quiet machine; far above is other work.
 from __future__ import annotations
 
 import os
-import threading
+
+from .sampler import PeriodicSampler
 
 #: seconds between samples; the kernel updates the load average every 5 s
 SAMPLE_INTERVAL_S = 5.0
@@ -37,7 +38,7 @@ def load_1min() -> float | None:
         return None
 
 
-class LoadSampler:
+class LoadSampler(PeriodicSampler):
     """Samples the 1-minute load average in a background thread, while in its ``with`` block.
 
     One sample on entry, one every ``interval_s`` seconds, one on exit;
@@ -45,10 +46,8 @@ class LoadSampler:
     """
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S) -> None:
-        self.interval_s = interval_s
+        super().__init__(interval_s)
         self.samples: list[float] = []
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
         """Take one sample now."""
@@ -59,23 +58,6 @@ class LoadSampler:
     @property
     def max(self) -> float | None:
         return max(self.samples) if self.samples else None
-
-    def __enter__(self) -> LoadSampler:
-        self.sample()
-        self._done.clear()
-        self._thread = threading.Thread(target=self._loop, name="load-sampler", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.sample()
-
-    def _loop(self) -> None:
-        while not self._done.wait(self.interval_s):
-            self.sample()
 
 
 def load_report(tuning: LoadSampler | None, timing: LoadSampler | None, cpus: int | None = None) -> dict:

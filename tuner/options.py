@@ -41,6 +41,7 @@ class RunOptions:
     max_candidates: int = 4
     reprice: bool = False
     measure_top: int = 2
+    retime_default: bool = False
     batch_size: int = 8
     confirm_top: int = 3
     seed: int = 0

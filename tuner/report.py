@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .load import busy_warning, load_line
+from .memory import memory_line
 from .peers import LABELS
 from .progress import fmt_us
 from .session import RunSummary
@@ -59,10 +60,15 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(e2e)
     if line := peer_line(summary):
         console.print(line, markup=False)
+    if summary.tvm_default.get("reused"):
+        console.print(f"TVM default build: reused from session {summary.tvm_default['session_id']} "
+                      "(--retime-default times it again)")
     if summary.load_average:
         console.print(load_line(summary.load_average))
         if warning := busy_warning(summary.load_average):
             console.print(warning, style="bold yellow", markup=False)
+    if summary.memory:
+        console.print(memory_line(summary.memory), markup=False)
     rewrites = ", ".join(summary.graph["rewrites"]) or "none (original program)"
     console.print(f"program: {summary.graph['term_hash'][:12]} rewrites: {rewrites}")
     console.print(f"artifact: {summary.artifact}  (max abs error vs reference {summary.max_abs_error:.2e})")

@@ -22,6 +22,7 @@ from database import (
     DatabaseError,
     GraphCandidateRecord,
     Heartbeat,
+    ProgramTimingRecord,
     SessionStatus,
     open_database,
     stale_after_s,
@@ -37,6 +38,7 @@ from measure.threads import physical_cores
 
 from .choose import price_programs
 from .compile import (
+    ProgramRun,
     build_default,
     build_tuned,
     export,
@@ -51,6 +53,7 @@ from .cost_model.roofline import RooflineCostModel
 from .cost_model.store import save_model, starting_model
 from .kernels import Kernel, kernels_of, lower_to_kernels
 from .load import LoadSampler, load_report
+from .memory import MemorySampler
 from .model_ref import record_session
 from .options import PEERS, RunOptions, TuneError
 from .peers import installed, layer_peer
@@ -59,6 +62,9 @@ from .search.search import ModelTrainer, SearchConfig
 from .search.tune import Tuner
 from .space.space import ScheduleSpace
 from .target import resolve_target
+
+TVM_DEFAULT = "tvm_default"
+"""The ``program`` of TVM's untuned default build in the database's ``program_timing``."""
 
 
 @dataclass
@@ -107,6 +113,11 @@ class RunSummary:
     built its status, compile time and error (:meth:`tuner.contender.ContenderResult.as_json`).
     ``load_average`` is :func:`tuner.load.load_report`: the largest 1-minute load
     average while tuning and while timing, and the cores the run may use.
+    ``memory`` is :meth:`tuner.memory.MemorySampler.report`: the run's peak memory
+    (bytes, this process and the processes it started) beside its weights' bytes.
+    ``tvm_default`` says where ``latency_s["tvm_default"]`` comes from: ``session_id``
+    of the session that timed TVM's default build and ``reused`` (true when an earlier
+    session's timing stored in the database was reused, not timed again).
     """
 
     session_id: int
@@ -126,6 +137,8 @@ class RunSummary:
     confirm_measurements: int = 0
     peers: list[dict] = field(default_factory=list)
     load_average: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    tvm_default: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
         """The summary as plain JSON values (what ``--json`` prints)."""
@@ -244,11 +257,14 @@ class TuneRun:
         except DatabaseError as exc:  # name the option, as the reading commands do
             raise DatabaseError(f"--db: {exc}") from None
         try:
-            with self.progress.status("importing the model"):
-                model = import_model(source, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
-                                     seed=o.seed)
-            self._check_stop()
-            return self._run(db, source, model, target)
+            with MemorySampler() as memory:
+                with self.progress.status("importing the model"):
+                    model = import_model(source, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
+                                         seed=o.seed)
+                self._check_stop()
+                summary = self._run(db, source, model, target)
+            summary.memory = memory.report(sum(p.nbytes for p in model.params))
+            return summary
         finally:
             db.close()
 
@@ -321,7 +337,7 @@ class TuneRun:
                         spaces.update({h: ScheduleSpace(k.func, h, target.target, seed=o.seed) for h, k in new.items()})
                         workloads.update(new)
                         tune(new)
-                tuner.measurer.release()
+                tuner.end_tuning()
             tracker, key = tuner.address, tuner.key
             self.progress.stop_tuning()
             save_model(db, target_rec.target_hash, trainer)
@@ -330,8 +346,13 @@ class TuneRun:
             ranked, prices, choices = self._choose(db, graphs, spaces, target_rec, trainer, known)
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
+            default = self._stored_default(db, model, target_rec)
             timed, latency, artifact, err, peers = self._compile_and_time(
-                model, target.target, ranked[:o.measure_top], spaces, choices, tracker, key, session_id)
+                model, target.target, ranked[:o.measure_top], spaces, choices, tracker, key, session_id, default)
+            if default is None:
+                db.add_program_timing(ProgramTimingRecord(model.model_hash, target_rec.target_hash, TVM_DEFAULT,
+                                                          latency.pop("tvm_default_times_s"), session_id))
+            default_from = {"session_id": default.session_id if default else session_id, "reused": default is not None}
         for c, measured in timed:
             db.update_graph_latency(_graph_hash(model.model_hash, c.term_text), predicted=prices[c.term_hash],
                                     measured=measured)
@@ -359,6 +380,7 @@ class TuneRun:
             repriced=repriced,
             peers=peers,
             load_average=load_report(self._tuning_load, self._timing_load),
+            tvm_default=default_from,
         )
 
     def _add_candidate(self, db, model, example, cand, graphs: list, cand_info: list) -> bool:
@@ -450,20 +472,43 @@ class TuneRun:
             source=choice.source,
         )
 
-    def _compile_and_time(self, model, target, ranked, spaces, choices, tracker, key, session_id):
-        """Build the cheapest programs of ``ranked`` and TVM's default build, time them in one worker session.
+    def _stored_default(self, db, model, target_rec) -> ProgramTimingRecord | None:
+        """The stored timing of TVM's default build of this model on this target, when it may be reused.
 
-        The contenders are timed interleaved, round by round (:func:`tuner.compile.run_on_worker`):
-        in each round one repeat of every candidate program and of the default build on
-        the worker, one after the other, then PyTorch eager in this process (enough calls
-        a round for at least 5 in all, after 2 untimed calls in the first), so a change
-        of the machine's load meanwhile slows each contender alike; each figure is the
-        median of its repeats. The 1-minute load average is sampled meanwhile.
+        None with ``--retime-default``, when none is stored, or when the model has no
+        reference outputs of its own (then the default build's outputs are the reference).
+        """
+        if self.opts.retime_default or model.reference_outputs() is None:
+            return None
+        stored = db.program_timing(model.model_hash, target_rec.target_hash, TVM_DEFAULT)
+        if stored is not None:
+            self.progress.note(f"TVM's default build: its timing from session {stored.session_id} is reused "
+                               "(--retime-default times it again)")
+        return stored
 
-        Returns ``(timed, latency, artifact, max_abs_error)``: ``timed`` pairs each
+    def _compile_and_time(self, model, target, ranked, spaces, choices, tracker, key, session_id, default=None):
+        """Build the cheapest programs of ``ranked`` and TVM's default build, time them on the worker.
+
+        TVM's default build is timed first, in a worker session of its own (so the
+        worker never holds its weights and intermediates beside the programs'), unless
+        ``default``, a stored timing of it (:meth:`_stored_default`), is given: it is then
+        neither built nor timed. The candidate programs are timed interleaved, round by
+        round (:func:`tuner.compile.run_on_worker`): in each round one repeat of every
+        candidate program on the worker, one after the other, then PyTorch eager in this
+        process (enough calls a round for at least 5 in all, after 2 untimed calls in the
+        first), then one repeat of every installed peer of ``--peers``, each in a process
+        of its own and checked against the reference before it is timed
+        (:class:`tuner.contender.Contenders`), so a change of the machine's load meanwhile
+        slows each contender alike; each figure is the median of its repeats. The
+        1-minute load average is sampled meanwhile.
+
+        Returns ``(timed, latency, artifact, max_abs_error, peers)``: ``timed`` pairs each
         program's candidate with its measured seconds; ``latency`` holds the fastest
-        one's (``tuned``), the default build's and PyTorch eager's seconds; the
-        artifact is the fastest program's library (the others are removed).
+        one's (``tuned``), the default build's, PyTorch eager's and every peer's seconds
+        (None for a peer not timed; and, when the default build was timed now, its repeat
+        times as ``tvm_default_times_s``); the artifact is the fastest program's library
+        (the others are removed); ``peers`` is each built peer's
+        :meth:`tuner.contender.ContenderResult.as_json`.
 
         Raises
         ------
@@ -482,8 +527,11 @@ class TuneRun:
             with self.progress.status(f"building candidate program {i + 1} of {len(ranked)} ({cand.term_hash[:10]})"):
                 paths.append(export(build_tuned(fused, scheduled, target), f"{stem}-{cand.term_hash[:10]}.so"))
         args = list(model.inputs) + list(model.params)
-        with self.progress.status("building TVM's default program"):
-            default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
+        if default is None:
+            with self.progress.status("building TVM's default program"):
+                default_path = export(build_default(model.mod, target), stem + "-tvm-default.so")
+            with self.progress.status("timing TVM's default program"), self._timing_load:
+                (default,) = run_on_worker([default_path], args, tracker, key, self.measure_config)
         eager: list[float] = []
         between = None
         if model.has_torch:
@@ -509,17 +557,17 @@ class TuneRun:
 
             what = "the programs and PyTorch eager, interleaved" if model.has_torch else "the programs, interleaved"
             with self.progress.status(f"timing {what}" + (" with the peers" if builds else "")), self._timing_load:
-                *runs, default = run_on_worker(paths + [default_path], args, tracker, key, self.measure_config,
-                                               [prepared_inputs(fused) for _, fused, _ in ranked] + [None],
-                                               each_round)
-        for what, run in [(f"program {c.term_hash[:10]}", r) for (c, _, _), r in zip(ranked, runs)] + [
-                ("TVM's default program", default)]:
+                runs = run_on_worker(paths, args, tracker, key, self.measure_config,
+                                     [prepared_inputs(fused) for _, fused, _ in ranked], each_round)
+        timed_now = [(f"program {c.term_hash[:10]}", r) for (c, _, _), r in zip(ranked, runs)]
+        if isinstance(default, ProgramRun):
+            timed_now.append(("TVM's default program", default))
+        for what, run in timed_now:
             if len(run.times_s) < o.repeat:
                 self.progress.note(f"{what} takes {run.median_s:.3g} s a call: timed {len(run.times_s)} times, "
                                    f"not {o.repeat}")
-        reference = reference or default.outputs
-        errors = [verify(run.outputs, reference) for run in runs]
-        verify(default.outputs, reference)
+        reference = reference or default.outputs  # a stored default comes with a reference
+        errors = [verify(run.outputs, reference) for _, run in timed_now]
         fastest = min(range(len(runs)), key=lambda i: runs[i].median_s)
         for i, path in enumerate(paths):
             if i != fastest:
@@ -532,6 +580,8 @@ class TuneRun:
         latency = {"tuned": runs[fastest].median_s, "tvm_default": default.median_s, "torch_eager": torch_s}
         latency.update({name: None for name in PEERS if name != "torch_eager"})
         latency.update({name: r.median_s for name, r in peers.results.items()})
+        if isinstance(default, ProgramRun):
+            latency["tvm_default_times_s"] = default.times_s
         return timed, latency, paths[fastest], errors[fastest], [r.as_json() for r in peers.results.values()]
 
     def _peer_builds(self, model) -> dict:

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from database import DatabaseError, GraphCandidateRecord, open_database
+from database import DatabaseError, GraphCandidateRecord, ProgramTimingRecord, open_database
 from database.models import TuningSession
 from database.store import measure_stats
 
@@ -222,6 +222,27 @@ def test_graph_candidates(db):
     db.update_graph_latency(graph.graph_hash)
     with pytest.raises(DatabaseError, match="unknown graph candidate"):
         db.update_graph_latency("nope", predicted=1.0)
+
+
+def test_program_timings_newest_per_model_target_and_program(db, make):
+    llvm, other = make.target(), make.target("cuda")
+    db.add_target(llvm)
+    db.add_target(other)
+    session = db.start_session({}, "m", "model")
+    assert db.program_timing("model", llvm.target_hash, "tvm_default") is None
+    db.add_program_timing(ProgramTimingRecord("model", llvm.target_hash, "tvm_default", (3.0, 1.0, 2.0), session))
+    db.add_program_timing(ProgramTimingRecord("model", llvm.target_hash, "tvm_default", (5.0,), None))
+    db.add_program_timing(ProgramTimingRecord("model", other.target_hash, "tvm_default", (9.0,), session))
+    newest = db.program_timing("model", llvm.target_hash, "tvm_default")
+    assert (newest.times_s, newest.median_s, newest.session_id) == ((5.0,), 5.0, None)
+    assert db.program_timing("model", other.target_hash, "tvm_default").median_s == 9.0
+    assert db.program_timing("other-model", llvm.target_hash, "tvm_default") is None
+    assert db.program_timing("model", llvm.target_hash, "torch_eager") is None
+    assert ProgramTimingRecord("m", "t", "p", (3.0, 1.0, 2.0)).median_s == 2.0
+    with pytest.raises(DatabaseError, match="unknown target"):
+        db.add_program_timing(ProgramTimingRecord("model", "nope", "tvm_default", (1.0,)))
+    with pytest.raises(DatabaseError, match="no times"):
+        db.add_program_timing(ProgramTimingRecord("model", llvm.target_hash, "tvm_default", ()))
 
 
 def test_concurrent_writers(db_url, make):

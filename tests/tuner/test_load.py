@@ -77,6 +77,12 @@ class _FakeSession:
     def remove(self, name):
         self.removed.append(name)
 
+    def cpu(self):
+        return None
+
+    def get_function(self, name):
+        return lambda: None
+
 
 class _Timer:
     def __init__(self, name, log):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -135,6 +136,28 @@ def test_second_run_measures_nothing_and_times_the_same_programs(prefill_runs):
     priced = [(t["term_hash"], t["predicted_latency_s"]) for t in first["programs_timed"]]
     assert [(t["term_hash"], t["predicted_latency_s"]) for t in second["programs_timed"]] == priced
     assert second["graph"]["term_hash"] in {h for h, _ in priced}
+
+
+def test_a_rerun_reuses_the_default_builds_timing_unless_told_to_time_it_again(prefill_runs, tmp_path):
+    work, first, second = prefill_runs
+    assert first["tvm_default"] == {"session_id": first["session_id"], "reused": False}
+    assert second["tvm_default"] == {"session_id": first["session_id"], "reused": True}
+    assert second["latency_s"]["tvm_default"] == first["latency_s"]["tvm_default"]
+    # the rerun neither built nor timed it: no library of its own, no timing recorded
+    built = sorted(p.name for p in (work / "tune-artifacts").glob("*-tvm-default.so"))
+    assert built == [f"qwen3-tiny-prefill-seq-len-8-layers-1-s{first['session_id']}-tvm-default.so"]
+
+    def timings(path) -> list[int]:
+        with sqlite3.connect(path) as conn:
+            return [r[0] for r in conn.execute("SELECT session_id FROM program_timing ORDER BY id")]
+
+    assert timings(work / "tune.db") == [first["session_id"]]
+    shutil.copy(work / "tune.db", tmp_path / "tune.db")  # the other tests' database stays as the two runs left it
+    again = tune_json("qwen3-tiny", "--stage", "prefill", "--seq-len", "8", "--trials", "0", "--measure-top", "1",
+                      "--retime-default", "--db", f"sqlite:///{tmp_path}/tune.db", cwd=tmp_path)
+    assert again["tvm_default"] == {"session_id": again["session_id"], "reused": False}
+    assert again["latency_s"]["tvm_default"] > 0
+    assert timings(tmp_path / "tune.db") == [first["session_id"], again["session_id"]]
 
 
 def test_later_compile_with_no_trials_compiles_the_cost_models_picks(prefill_runs):

@@ -51,6 +51,9 @@ def run_command(
         "kernel, and tune that program too when it is new (off by default for now).")] = False,
     measure_top: Annotated[int, typer.Option(
         "--measure-top", help="Cheapest candidate programs compiled and timed end to end; the fastest is kept.")] = 2,
+    retime_default: Annotated[bool, typer.Option(
+        "--retime-default", help="Time TVM's untuned default build again, rather than reuse its timing stored by an "
+        "earlier run of the same model, stage, shapes and target.")] = False,
     batch_size: Annotated[int, typer.Option(
         "--batch-size", help="Candidates measured between cost-model updates.")] = 8,
     confirm_top: Annotated[int, typer.Option(
@@ -94,9 +97,9 @@ def run_command(
         model=model, stage=stage, seq_len=seq_len, kv_len=kv_len, layers=layers, trials=trials,
         target=target, tracker=tracker, key=key, db=db, number=number, repeat=repeat,
         min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates,
-        reprice=reprice, measure_top=measure_top, batch_size=batch_size, confirm_top=confirm_top, seed=seed,
-        artifact_dir=artifact_dir, peers=RunOptions.peers if peers else (), max_cv=max_cv, device_wait_s=device_wait,
-        retries=retries,
+        reprice=reprice, measure_top=measure_top, retime_default=retime_default, batch_size=batch_size,
+        confirm_top=confirm_top, seed=seed, artifact_dir=artifact_dir, peers=RunOptions.peers if peers else (),
+        max_cv=max_cv, device_wait_s=device_wait, retries=retries,
     )
     if tracker is None:
         from measure import tracker_from_env

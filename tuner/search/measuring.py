@@ -162,10 +162,17 @@ class BatchMeasurer:
                               worker=run.worker or self.runner.worker_name, **common)]
 
     def release(self) -> None:
-        """Delete the kept libraries (after a kernel's leaders are re-measured, and at the end)."""
+        """Delete the kept libraries and drop the kernels' references (after a kernel's leaders are
+        re-measured, and at the end).
+
+        A reference holds a kernel's inputs, its weight among them (hundreds of MB for a
+        GEMM of a 7B model): kept for every kernel of a run they would add up to
+        several times the model's weights.
+        """
         for b in self._kept.values():
             _delete(b)
         self._kept.clear()
+        self._references.clear()
 
 
 def _delete(build) -> None:

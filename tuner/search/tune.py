@@ -104,6 +104,18 @@ class Tuner:
         finally:
             self._stop_workers(exc[1] if exc else None)
 
+    def end_tuning(self) -> None:
+        """Delete the kept libraries and stop the build and run processes; the workers stay.
+
+        For a caller that times compiled programs on the workers once tuning is over:
+        the processes' memory is not held beside the programs' weights meanwhile.
+        A later :meth:`tune` starts the processes again.
+        """
+        if self.measurer is not None:
+            self.measurer.release()
+        self.builder.close()
+        self.runner.close()
+
     def _stop_workers(self, exc) -> None:
         if self._rpc is not None:
             self._rpc.__exit__(type(exc) if exc else None, exc, None)
