@@ -10,12 +10,18 @@ schema and no rows.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# Every `tune run` of the suite skips the peers (torch.compile, ONNX Runtime: about 25 s a run
+# on 2 cores) unless it asks for them with --peers, as the first run of the prefill fixture of
+# tests/tuner/test_tuner_e2e.py does; tests/tuner/test_peers.py builds and checks them directly.
+os.environ.setdefault("TUNE_PEERS", "0")
 
 TUNE_ARGS = ("--trials", "4", "--candidates", "1", "--repeat", "3", "--min-repeat-ms", "5", "--timeout", "300")
 

@@ -36,7 +36,7 @@ def prefill_runs(tmp_path_factory):
     """The same prefill job twice on one database."""
     work = tmp_path_factory.mktemp("prefill")
     args = ("qwen3-tiny", "--stage", "prefill", "--seq-len", "8", "--trials", "2", "--db", f"sqlite:///{work}/tune.db")
-    first = tune_json(*args, cwd=work)
+    first = tune_json(*args, "--peers", cwd=work)
     second = tune_json(*args, cwd=work)
     return work, first, second
 

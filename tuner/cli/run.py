@@ -60,8 +60,9 @@ def run_command(
         "--confirm-top", help="Fastest candidates per kernel (those within 1.25x of the fastest) measured twice more "
         "once its trials are spent; each counts with its median measurement (0: none).")] = 3,
     peers: Annotated[bool, typer.Option(
-        "--peers/--no-peers", help="Time torch.compile (Inductor's default mode) and, when installed, ONNX Runtime "
-        "beside the tuned program, each in its own process after a check of its outputs.")] = True,
+        "--peers/--no-peers", envvar="TUNE_PEERS", help="Time torch.compile (Inductor's default mode) and, when "
+        "installed, ONNX Runtime beside the tuned program, each in its own process after a check of its outputs "
+        "(about 25 s more on a tiny layer, on 2 cores). Env: TUNE_PEERS=0 skips them.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of weights, inputs and the search.")] = 0,
     artifact_dir: Annotated[str, typer.Option(
         "--artifact-dir", help="Where the compiled programs go.")] = "tune-artifacts",
