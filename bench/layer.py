@@ -272,7 +272,7 @@ def run(quick: bool = False, trials: int | None = None, model: str | None = None
     result.notes += [
         f"{model}, float32, prefill {seq_len} tokens, prefill-kv {seq_len} over {kv_len}, decode over {kv_len}; "
         f"stages run: {', '.join(stages)}; ours: {trials} trials per workload{scaled}; "
-        ("MetaSchedule: the same total number of trials." if metaschedule else "MetaSchedule: not run."),
+        + ("MetaSchedule: the same total number of trials." if metaschedule else "MetaSchedule: not run."),
         f"Roofline of this machine: {fmt(roofline.peak_flops_per_s / 1e9)} GFLOP/s, "
         f"{fmt(roofline.bandwidth_bytes_per_s / 1e9)} GB/s (measured in this run).",
         "Medians of repeats; the machine may be shared and loaded (see the load average).",
