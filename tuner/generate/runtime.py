@@ -129,9 +129,9 @@ class GeneratingModel:
         mask = np.where(np.arange(cache_rows)[None, :] <= rows, 0.0, MASKED).astype(np.float32)[None, None]
         mask = tvm.runtime.tensor(mask, self.device)
         keys, values = caches
+        written = tokens if n > 1 else 1  # a prompt's padded rows too: rows past a query's position are masked
         for layer in range(self.layers):
             query, key, value = attn_in.call(hidden, positions, *self._weights(attn_in, layer))
-            written = tokens if n > 1 else 1
             keys[layer, pos:pos + written] = key.numpy()[:written]
             values[layer, pos:pos + written] = value.numpy()[:written]
             hidden = attn_out.call(query, hidden, self._view(keys, layer, cache_rows),
