@@ -26,6 +26,7 @@ import logging
 import socket
 import time
 
+from . import held_tensors
 from .lifetime import bind_forks, die_on_sigint
 
 logger = logging.getLogger("measure.worker")
@@ -94,6 +95,7 @@ def serve(tracker: tuple[str, int], key: str, host: str = "127.0.0.1", port: int
     )
 
     _prompt_tracker_connections()
+    held_tensors.register()  # before the sessions fork: each has its table
     bind_forks()  # a session's process ends with the worker
     sock, bound = bind(host, port, port_end)
     logger.info("worker for RPC key %r on %s:%d, tracker %s:%d", key, host, bound, *tracker)

@@ -24,6 +24,7 @@ from tvm import relax
 from tvm import rpc as tvm_rpc
 
 from measure import MeasureConfig, TrackerAddress
+from measure.held_tensors import HeldTensors
 from measure.tvmapi import lower_and_finalize_passes, release_vm_memory
 
 TRANSFORM_WEIGHTS = "transform_weights"
@@ -173,21 +174,26 @@ def run_on_worker(
     :func:`prepare_weights` with that many activations: its ``transform_weights``
     runs once on ``args[n:]`` before, and outside, the timing.
 
-    Memory on the worker: ``args`` are uploaded once and shared by every program;
-    each prepared program adds its prepared weights (about one more copy of the
-    weights), and the intermediates of its transform are freed at once. When every
-    program is prepared, the uploaded weights are dropped once all are loaded, so
-    the worker holds the prepared copies only.
+    Memory on the worker: ``args`` are uploaded once, held by name in the
+    session (:class:`measure.held_tensors.HeldTensors`) and given to every VM
+    without a copy; each prepared program adds its prepared weights (one more
+    copy of the weights), and the intermediates of its transform are freed at
+    once. Once every program is loaded, the uploaded weights are dropped, so where
+    every program is prepared the worker holds the prepared copies only: at most
+    two copies of the weights while the last one is prepared.
     """
     session = tvm_rpc.connect_tracker(tracker.host, tracker.port).request(
         key, session_timeout=config.timeout_s * 10
     )
     splits = num_inputs or [None] * len(artifacts)
     try:
-        dev = session.cpu()
-        uploaded = [tvm.runtime.tensor(a, device=dev) for a in args]
-        loaded = [_load_program(session, a, uploaded, config, n) for a, n in zip(artifacts, splits, strict=True)]
-        del uploaded  # the programs hold what they use: the weights as given only if one is not prepared
+        held = HeldTensors(session)
+        uploaded = [f"arg{i}" for i in range(len(args))]
+        for name, a in zip(uploaded, args, strict=True):
+            held.upload(name, a)
+        loaded = [_load_program(session, held, a, uploaded, config, n, f"p{i}_")
+                  for i, (a, n) in enumerate(zip(artifacts, splits, strict=True))]
+        held.drop(uploaded)  # the VMs hold what they use: the weights as given only if one is not prepared
         times: list[list[float]] = [[] for _ in loaded]
         for r in range(max(p.repeat for p in loaded)):
             for p, t in zip(loaded, times):
@@ -214,21 +220,29 @@ class _Loaded:
     vm: object
 
 
-def _load_program(session, artifact: str, tensors: list, config: MeasureConfig, num_inputs: int | None) -> _Loaded:
-    """Load ``artifact`` on the worker with its arguments ``tensors`` (already there), run it once, set its timer."""
+def _load_program(session, held: HeldTensors, artifact: str, names: list[str], config: MeasureConfig,
+                  num_inputs: int | None, prefix: str) -> _Loaded:
+    """Load ``artifact`` on the worker with its arguments (held there as ``names``), run it once, set its timer.
+
+    A prepared program's weights are held as ``prefix0``, ``prefix1``, ... until its VM has them.
+    """
     name = os.path.basename(artifact)
     session.upload(artifact, name)
     dev = session.cpu()
     lib = session.load_module(name)
     if num_inputs is not None:  # in a VM of its own, which drops the weights as given when it goes
         prepare = relax.VirtualMachine(lib, dev)
-        prepare.set_input(TRANSFORM_WEIGHTS, *tensors[num_inputs:])
+        held.set_input(prepare, TRANSFORM_WEIGHTS, names[num_inputs:])
         prepare.invoke_stateful(TRANSFORM_WEIGHTS)
-        tensors = tensors[:num_inputs] + list(prepare.get_outputs(TRANSFORM_WEIGHTS))
+        prepared = held.keep_outputs(prepare, TRANSFORM_WEIGHTS, prefix)
         del prepare
+        gc.collect()
         release_vm_memory(session)  # the transform's intermediates, as large as the weights
+        names = names[:num_inputs] + prepared
     vm = relax.VirtualMachine(lib, dev)
-    vm.set_input("main", *tensors)
+    held.set_input(vm, "main", names)
+    if num_inputs is not None:
+        held.drop(names[num_inputs:])
     start = time.perf_counter()
     vm.invoke_stateful("main")
     outputs = tuple(a.numpy() for a in _flatten(vm.get_outputs("main")))

@@ -100,8 +100,9 @@ def test_worker_programs_and_eager_are_interleaved(monkeypatch):
     monkeypatch.setattr(compile_mod.tvm_rpc, "connect_tracker",
                         lambda host, port: type("T", (), {"request": lambda self, key, session_timeout: session})())
     repeats = {"a.so": 3, "b.so": 2}
-    monkeypatch.setattr(compile_mod, "_load_program", lambda s, artifact, args, config, n: compile_mod._Loaded(
-        artifact, (np.zeros(1),), repeats[artifact], _Timer(artifact[0], log), None))
+    monkeypatch.setattr(compile_mod, "_load_program", lambda s, held, artifact, names, config, n, prefix:
+                        compile_mod._Loaded(artifact, (np.zeros(1),), repeats[artifact],
+                                            _Timer(artifact[0], log), None))
     runs = compile_mod.run_on_worker(["a.so", "b.so"], [], TrackerAddress("h", 1), "k", MeasureConfig(repeat=3),
                                      between=lambda r: log.append(f"eager{r}"))
     assert log == ["a", "b", "eager0", "a", "b", "eager1", "a", "eager2"]
