@@ -24,8 +24,8 @@ SETUP = """\
 %matplotlib inline
 from IPython.display import display
 
-from tuner.analysis import tables as an
 from tuner.analysis import plots
+from tuner.analysis import tables as an
 
 data = None
 with an.report_missing():
@@ -54,8 +54,10 @@ display(plots.tuning_curves(curves))"""),
         ],
     ),
     "02_cost_model": (
-        "# Cost model\n\nThe newest stored cost model against every successful measurement of its target "
-        "(in-sample), its ranking per workload, its most important features, and how versions changed.",
+        "# Cost model\n\nThe newest stored cost model against every successful measurement of its target: "
+        "its predictions of each workload by a model of the same parameters trained without that workload "
+        "(held out, as a later compile meets a new shape; the figure and the error summary), its "
+        "in-sample ranking per workload, its most important features, and how versions changed.",
         [
             "from tuner.analysis import cost_model as acm",
             part("""

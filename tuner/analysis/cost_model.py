@@ -3,9 +3,13 @@
 The model judged is the newest version stored for a target with this code's
 feature set (``tuner.cost_model.xgb.FEATURE_VERSION``), the one a later compile
 would load. Every successful measurement of that target is replayed and
-featurized (``tuner.cost_model.dataset.load_dataset``) and scored. These are in-sample
-figures (the model has seen most of these rows); ``tune model eval`` gives
-held-out ones. Ranking metrics per workload are TenSet's (``tuner.cost_model.evaluate``).
+featurized (``tuner.cost_model.dataset.load_dataset``) and scored. Those scores are
+in-sample (the model has seen most of these rows: its predictions lie near the
+diagonal and say little). Beside them, each workload is also predicted by a model of
+the same parameters trained without it (:func:`heldout_predictions`: scikit-learn's
+grouped folds, as ``tune model eval`` holds workloads out), which is what a later
+compile meets on a new shape; the predicted-versus-measured figure and the error
+summary use those. Ranking metrics per workload are TenSet's (``tuner.cost_model.evaluate``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ class ModelFit:
         The loaded model.
     predictions : pd.DataFrame
         One row per measured candidate: ``workload_hash``, ``workload``, ``candidate_hash``,
-        ``measured_s``, ``predicted_s`` (seconds), ``score`` (higher is predicted faster).
+        ``measured_s``, ``predicted_s`` (seconds), ``score`` (higher is predicted faster),
+        and ``heldout_predicted_s``, ``heldout_score``: the same from a model that never
+        saw the row's workload (NaN when the target has measurements of one workload only).
     """
 
     model_id: int
@@ -112,8 +118,30 @@ def newest_model_fit(data: TuningData | None, db_url: str | None = None) -> Mode
                 "predicted_s": model.predict_latency(ds.X),
                 "score": model.score(ds.X),
             })
+            held = heldout_predictions(model, ds)
+            predictions["heldout_predicted_s"], predictions["heldout_score"] = held
             return ModelFit(int(version.model_id), version.key, model, predictions)
     raise AnalysisError("no stored cost model could be loaded and applied to its target's measurements")
+
+
+def heldout_predictions(model: XGBCostModel, ds) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's latency (seconds) and score from a model trained without the row's workload.
+
+    ``ds`` is a :class:`tuner.cost_model.dataset.Dataset`; the models have ``model``'s
+    parameters and are trained from nothing on the other workloads' rows, one per fold
+    of :func:`tuner.cost_model.evaluate.splits` (leave-one-workload-out up to 12
+    workloads, five grouped folds beyond). Both arrays are NaN where the data has
+    fewer than two workloads.
+    """
+    from tuner.cost_model.evaluate import splits
+
+    latency, score = np.full(len(ds), np.nan), np.full(len(ds), np.nan)
+    if ds.n_workloads < 2:
+        return latency, score
+    for train, test in splits(ds.groups):
+        held = XGBCostModel(**model.get_params()).fit(ds.X[train], ds.latency_s[train], ds.groups[train])
+        latency[test], score[test] = held.predict_latency(ds.X[test]), held.score(ds.X[test])
+    return latency, score
 
 
 def ranking_per_workload(fit: ModelFit) -> pd.DataFrame:
@@ -170,11 +198,19 @@ def feature_importance(fit: ModelFit, top: int = 20) -> pd.DataFrame:
 
 
 def prediction_error(fit: ModelFit) -> dict[str, float]:
-    """Summary of predicted against measured latency: ``rows``, median and 90th-percentile ratio error.
+    """Predicted against measured latency: ``rows``, then the median and 90th-percentile ratio error
+    of the held-out predictions (``heldout_...``, see :func:`heldout_predictions`) and of the
+    stored model's in-sample ones (``in_sample_...``).
 
-    The ratio error of a row is ``max(p/m, m/p)`` (1 is exact).
+    The ratio error of a row is ``max(p/m, m/p)`` (1 is exact). The held-out figures are NaN
+    when the target has measurements of one workload only.
     """
-    p, m = fit.predictions.predicted_s.to_numpy(), fit.predictions.measured_s.to_numpy()
-    ratio = np.maximum(p / m, m / p)
-    return {"rows": int(len(p)), "median_ratio_error": float(np.median(ratio)),
-            "p90_ratio_error": float(np.quantile(ratio, 0.9))}
+    m = fit.predictions.measured_s.to_numpy()
+    out: dict[str, float] = {"rows": int(len(m))}
+    for name, column in (("heldout", "heldout_predicted_s"), ("in_sample", "predicted_s")):
+        p = fit.predictions[column].to_numpy()
+        ratio = np.maximum(p / m, m / p)
+        known = np.isfinite(ratio)
+        out[f"{name}_median_ratio_error"] = float(np.median(ratio[known])) if known.any() else float("nan")
+        out[f"{name}_p90_ratio_error"] = float(np.quantile(ratio[known], 0.9)) if known.any() else float("nan")
+    return out

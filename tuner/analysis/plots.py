@@ -68,14 +68,27 @@ def session_curves(curves: pd.DataFrame) -> Figure:
 
 
 def predicted_vs_measured(predictions: pd.DataFrame) -> Figure:
-    """Predicted against measured latency (us, log-log), with the line of perfect prediction."""
+    """Held-out predicted against measured latency (us, log-log), with the line of perfect prediction.
+
+    Each point's prediction comes from a model that never saw its workload
+    (``heldout_predicted_s``, :func:`tuner.analysis.cost_model.heldout_predictions`).
+
+    Raises
+    ------
+    AnalysisError
+        When no row has a held-out prediction (measurements of one workload only).
+    """
+    known = predictions[predictions.heldout_predicted_s.notna()]
+    if known.empty:
+        raise AnalysisError("held-out predictions need measurements of at least two workloads")
     fig, ax = _figure(5.5, 5.0)
-    m, p = predictions.measured_s * 1e6, predictions.predicted_s * 1e6
+    m, p = known.measured_s * 1e6, known.heldout_predicted_s * 1e6
     ax.scatter(m, p, s=12, alpha=0.7)
     lo, hi = float(min(m.min(), p.min())), float(max(m.max(), p.max()))
     ax.plot([lo, hi], [lo, hi], color="grey", linewidth=1, label="predicted = measured")
-    ax.set(xscale="log", yscale="log", xlabel="measured latency (us)", ylabel="predicted latency (us)",
-           title="Cost model: predicted vs measured")
+    ax.set(xscale="log", yscale="log", xlabel="measured latency (us)",
+           ylabel="predicted latency (us), workload held out",
+           title=f"Cost model: held-out predicted vs measured ({known.workload_hash.nunique()} workloads)")
     ax.legend(fontsize="small")
     return _done(fig, "predicted vs measured")
 

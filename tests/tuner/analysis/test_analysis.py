@@ -87,7 +87,9 @@ def test_cost_model_against_its_measurements(data):
     importance = acm.feature_importance(fit, top=5)
     assert 1 <= len(importance) <= 5 and importance.gain.is_monotonic_decreasing
     assert set(importance.feature) <= set(acm.feature_names())
-    assert acm.prediction_error(fit)["median_ratio_error"] >= 1
+    error = acm.prediction_error(fit)
+    assert error["in_sample_median_ratio_error"] >= 1 and error["heldout_median_ratio_error"] >= 1
+    assert fit.predictions.heldout_predicted_s.notna().all() and (fit.predictions.heldout_predicted_s > 0).all()
 
 
 def test_roofline_points_sit_under_the_roofline_formula(data):
