@@ -16,11 +16,16 @@ Strategies:
 - ``cold``: the cost model learns from this workload's replayed results only;
 - ``warm``: the model starts from one trained on the *other* workloads (held out
   by ``GroupKFold``), as a later compile starts from a stored model; or from
-  one trained on another database, replaying only the workloads it never measured.
+  one trained on another database, replaying only the workloads it never measured;
+- ``shipped``: the model starts from the package's pretrained model
+  (:mod:`tuner.cost_model.shipped`), as a first compile on an empty database does;
+  the caller replays only workloads that model was not trained on.
 
 The curve is, per trial count t, the mean over workloads of
 ``best latency in the pool / best latency among the first t picks`` (0 before a
 successful pick; 1.0 means the pool's best was found), averaged over seeds.
+The user's figure is :func:`trials_to_within`: per workload, the trials a strategy
+needs to find a candidate within 5% of the pool's best.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ from tuner.space.space import ScheduleSpace
 
 from .search import ModelTrainer, pick_batch
 
-STRATEGIES = ("random", "cold", "warm")
+STRATEGIES = ("random", "cold", "warm", "shipped")
+#: a candidate this much slower than the pool's best still counts as found (5%)
+TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ def replay_order(pool: ReplayPool, strategy: str, batch_size: int, explore: floa
                  base: XGBCostModel | None = None) -> list[int]:
     """The order in which ``strategy`` would have measured the pool's candidates (indices)."""
     rng = np.random.default_rng(seed)
-    trainer = ModelTrainer(base if strategy == "warm" else XGBCostModel(seed=seed))
+    trainer = ModelTrainer(base if strategy in ("warm", "shipped") else XGBCostModel(seed=seed))
     order = list(pool.first)
     left = [i for i in range(len(pool.latency_s)) if i not in order]
     share = 1.0 if strategy == "random" else explore
@@ -136,24 +143,28 @@ def curve(pool: ReplayPool, order: list[int], trials: int) -> np.ndarray:
     return np.concatenate([out, np.full(max(trials - len(out), 0), out[-1])])[:trials]
 
 
-def simulate(pools: list[ReplayPool], strategies: list[tuple[str, int, float]], seeds: int = 3,
-             trials: int | None = None, warm_base: XGBCostModel | None = None) -> dict[str, list[float]]:
-    """Mean best-so-far curves (index t-1 = after t trials) per strategy ``(name, batch size, explore share)``.
+def replay_curves(pools: list[ReplayPool], strategies: list[tuple[str, int, float]], seeds: int = 3,
+                  trials: int | None = None, warm_base: XGBCostModel | None = None,
+                  shipped: XGBCostModel | None = None) -> dict[str, np.ndarray]:
+    """Best-so-far curves per strategy ``(name, batch size, explore share)``: float [seeds, pools, trials].
 
-    ``warm`` starts every pool from ``warm_base`` when given (a model trained on
-    another database, such as an earlier compile's), else from a model trained on
-    the other pools.
+    ``trials`` defaults to the largest pool (where every strategy has found every
+    pool's best). ``warm`` starts every pool from ``warm_base`` when given (a model
+    trained on another database, such as an earlier compile's), else from a model
+    trained on the other pools; ``shipped`` starts from ``shipped``.
 
     Raises
     ------
     ValueError
-        No pool, or an unknown strategy name.
+        No pool, an unknown strategy name, or ``shipped`` asked for without a model.
     """
     if not pools:
         raise ValueError("no workload with at least 2 measured candidates and one success to replay")
     for name, _, _ in strategies:
         if name not in STRATEGIES:
             raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        if name == "shipped" and shipped is None:
+            raise ValueError("the shipped strategy needs the pretrained model, and there is none")
     trials = trials or max(len(p.latency_s) for p in pools)
     if warm_base is not None:
         bases = {p.workload_hash: warm_base for p in pools}
@@ -161,10 +172,33 @@ def simulate(pools: list[ReplayPool], strategies: list[tuple[str, int, float]], 
         bases = _held_out_bases(pools) if any(s[0] == "warm" for s in strategies) else {}
     out = {}
     for name, batch, explore in strategies:
-        curves = [curve(p, replay_order(p, name, batch, explore, seed, bases.get(p.workload_hash)), trials)
-                  for seed in range(seeds) for p in pools]
-        out[f"{name} b={batch} e={explore:g}"] = [float(v) for v in np.mean(curves, axis=0)]
+        start = {p.workload_hash: shipped if name == "shipped" else bases.get(p.workload_hash) for p in pools}
+        out[f"{name} b={batch} e={explore:g}"] = np.array([
+            [curve(p, replay_order(p, name, batch, explore, seed, start[p.workload_hash]), trials) for p in pools]
+            for seed in range(seeds)])
     return out
+
+
+def simulate(pools: list[ReplayPool], strategies: list[tuple[str, int, float]], seeds: int = 3,
+             trials: int | None = None, warm_base: XGBCostModel | None = None,
+             shipped: XGBCostModel | None = None) -> dict[str, list[float]]:
+    """Mean best-so-far curves (index t-1 = after t trials) per strategy: :func:`replay_curves` averaged
+    over seeds and pools. Raises as :func:`replay_curves` does."""
+    curves = replay_curves(pools, strategies, seeds, trials, warm_base, shipped)
+    return {name: [float(v) for v in c.mean(axis=(0, 1))] for name, c in curves.items()}
+
+
+def trials_to_within(curves: np.ndarray, tolerance: float = TOLERANCE) -> np.ndarray:
+    """Per pool, the trials needed to find a candidate within ``tolerance`` of the pool's best, mean over seeds.
+
+    ``curves`` is one strategy's float [seeds, pools, trials] from :func:`replay_curves`
+    (as long as the largest pool, so every replay gets there). The count of a replay is
+    the first t with ``best in pool / best found >= 1 / (1 + tolerance)``; a replay that
+    never gets there within the curve's trials counts as NaN.
+    """
+    reached = curves >= 1.0 / (1.0 + tolerance)
+    first = np.where(reached.any(axis=2), reached.argmax(axis=2) + 1.0, np.nan)
+    return first.mean(axis=0)
 
 
 def _held_out_bases(pools: list[ReplayPool]) -> dict[str, XGBCostModel | None]:

@@ -189,11 +189,23 @@ def test_train_list_and_warm_start(tuned):
 
 def test_simulate_prints_curves(tuned):
     work, url = tuned
-    out = invoke("simulate", "--db", url, "--target", TARGET, "--seeds", "1", "--strategies", "random,warm")
-    assert out["workloads"] == 3 and len(out["curves"]) == 2
+    out = invoke("simulate", "--db", url, "--target", TARGET, "--seeds", "1", "--strategies", "random,warm,shipped")
+    # tiny matmuls the shipped model's data set never measured: every workload is replayed
+    assert out["workloads"] == 3 and out["shipped_unseen_workloads"] == 3 and len(out["curves"]) == 3
     for values in out["curves"].values():
         assert all(0 <= v <= 1 for v in values) and values[-1] == pytest.approx(1.0)
         assert all(a <= b + 1e-12 for a, b in zip(values, values[1:]))  # best-so-far never worsens
+    largest = len(next(iter(out["curves"].values())))
+    within = out["trials_to_within_5pct"]
+    assert set(within) == set(out["curves"])
+    for name, row in within.items():
+        per = list(row["per_workload"].values())
+        assert len(per) == 3 and all(1 <= t <= largest for t in per)
+        assert row["mean"] == pytest.approx(np.mean(per)) and row["median"] == pytest.approx(np.median(per))
+        assert row["interval"][0] <= row["mean"] <= row["interval"][1]
+        # after as many trials as it needs, the mean curve has found each pool's best within 5% ...
+        assert out["curves"][name][int(max(per)) - 1] >= 1 / 1.05 - 1e-9
+    assert within["random b=8 e=1"]["to_random"] == pytest.approx(1.0)
 
 
 def test_too_few_records_fall_back_to_the_roofline(tuned, tmp_path):
