@@ -5,7 +5,8 @@ prepared module); kernels of equal workload (the same kernel in two buckets or t
 programs) are tuned once. The :class:`~tuner.search.tune.Tuner` measures up to
 ``trials`` candidates per workload into the database under one session (``trials`` 0
 measures nothing); each kernel then gets the schedule :func:`tuner.choose.price_programs`
-picks (its best measurement, else the cost model's or the roofline's pick) and the
+picks (its best measurement, else the cost model's pick: the database's own model, else the
+shipped pretrained one, :func:`tuner.cost_model.store.starting_model`; else the roofline's) and the
 program is built with them (:func:`tuner.compile.build_tuned`). The e-graph's rewrites
 (Q/K/V and gate/up merges, fusion) are not applied to these programs yet.
 """
@@ -20,7 +21,7 @@ from database import Heartbeat, SessionStatus, open_database
 
 from ..choose import price_programs
 from ..compile import build_tuned
-from ..cost_model.store import load_warm_model, save_model
+from ..cost_model.store import save_model, starting_model
 from ..kernels import kernels_of, lower_to_kernels
 from ..search.search import ModelTrainer, SearchConfig
 from ..search.tune import Tuner
@@ -87,7 +88,7 @@ def tune_programs(prepared: dict, *, target, db_url: str | None, trials: int, se
         try:
             with Heartbeat(db, session_id):
                 spaces = {h: ScheduleSpace(k.func, h, target.target, seed=seed) for h, k in workloads.items()}
-                trainer = ModelTrainer(load_warm_model(db, target.target_hash))
+                trainer = ModelTrainer(starting_model(db, target.target_hash, target.target.kind.name, progress.note))
                 if trials:
                     with Tuner(target, measure_config, SearchConfig(trials=trials, seed=seed), tracker,
                                progress) as tuner:

@@ -56,8 +56,8 @@ def built(request, tmp_path_factory):
     model = AutoModelForCausalLM.from_config(ARCHITECTURES[data["model_type"]][0](**data)).eval()
     checkpoint = root / "checkpoint"
     model.save_pretrained(checkpoint, max_shard_size="200KB")
-    # --trials 0: nothing measured; on an empty database each kernel is priced by its roofline and keeps
-    # TVM's default schedule, through the same choice and build as tuned kernels
+    # --trials 0: nothing measured; on an empty database each kernel gets the shipped pretrained model's
+    # pick, through the same choice and build as tuned kernels
     proc = tune("run", str(checkpoint / "config.json"), "--whole-model", "--weights", str(checkpoint),
                 "--max-seq-len", str(MAX_LEN), "--trials", "0", "--db", f"sqlite:///{root}/t.db",
                 "--artifact-dir", str(root / "artifacts"), "--json", "-q", cwd=root)
@@ -66,6 +66,7 @@ def built(request, tmp_path_factory):
     assert summary["buckets"] == [16, 32, 48] and summary["build"] == "tuned"
     schedules = summary["tuning"]["schedules"]
     assert summary["tuning"]["sessions"] and {s["source"] for s in schedules} <= {"measured", "predicted", "roofline"}
+    assert any(s["source"] == "predicted" for s in schedules)  # the shipped model chose them
     assert any(len(s["shapes"]) > 1 for s in schedules)  # a kernel shared by several shapes is chosen once
     assert set(summary["ttft_s"]) == {"16"} and summary["decode_tokens_per_s"]["ours"] > 0
     return model, summary["artifact"]
