@@ -3,7 +3,7 @@
 import pytest
 
 from bench import llamacpp
-from bench.decoders import Timings
+from bench.decoders import Timings, best_of
 from bench.generate import decode_rows, float32_bytes, roofline_tokens_per_s, run, ttft_rows, weight_bytes_per_token
 from extract.config import read_config
 from extract.frontend import CONFIG_DIR
@@ -44,6 +44,18 @@ def test_rows_without_llama_cpp_say_why_and_judge_ours():
     assert llama and all("not installed" in r.anchor_name and r.anchor is None for r in llama)
     int4 = next(r for r in decode if "ours int4" in r.what)
     assert int4.met is False and int4.ours is None
+
+
+def test_best_of_takes_each_figure_from_its_best_pass():
+    busy = Timings("ours", load_s=1.0, ttft_s=[2.0, 2.0], decode_s={16: [0.1, 0.1], 64: [0.5]})
+    quiet = Timings("ours", load_s=2.0, ttft_s=[1.0, 3.0], decode_s={16: [0.2, 0.2], 64: [0.25]})
+    merged = best_of([busy, Timings("ours", "failed", "crashed"), quiet])
+    assert merged.status == "ok" and merged.load_s == 1.0
+    assert merged.ttft_s == [2.0, 2.0]  # medians 2.0 against 2.0: the first
+    assert merged.tokens_per_s(16) == pytest.approx(10.0) and merged.tokens_per_s(64) == pytest.approx(4.0)
+    assert best_of([Timings("x", "failed", "a"), Timings("x", "failed", "b")]).error == "b"
+    with pytest.raises(ValueError):
+        best_of([])
 
 
 def test_quick_llama_cpp_part_loads_and_generates_every_format():
