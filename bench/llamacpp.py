@@ -34,7 +34,7 @@ FORMATS = ("F32", "Q8_0", "Q4_0")
 
 CONVERTER = "convert_hf_to_gguf.py"
 ENV = "LLAMA_CPP_DIR"
-INSTALL = ("llama-cpp-python is not installed: CMAKE_ARGS='<the flags in the README's benchmark section>' "
+INSTALL = ("llama-cpp-python is not installed: CMAKE_ARGS='<the flags in the README's Benchmarks section>' "
            "pip install --no-binary llama-cpp-python llama-cpp-python")
 #: the tokenizer's vocabulary: small, the converter pads the rest of the config's vocabulary with unused tokens
 TOKENIZER_VOCAB = 512
@@ -59,7 +59,8 @@ def converter_dir(given: str | None = None) -> tuple[Path | None, str]:
     text = given or os.environ.get(ENV)
     if not text:
         return None, (f"llama.cpp's converter not found: give --llama-cpp-dir or ${ENV} (a llama.cpp source tree, "
-                      "such as the vendor/llama.cpp directory of the llama-cpp-python sdist)")
+                      "such as the vendor/llama.cpp directory of the llama-cpp-python sdist: the README's "
+                      "Benchmarks section says how)")
     path = Path(text).expanduser().resolve()
     if not (path / CONVERTER).is_file() or not (path / "gguf-py").is_dir():
         return None, f"{path} holds no {CONVERTER} and gguf-py: not a llama.cpp source tree"
