@@ -47,6 +47,7 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -178,9 +179,12 @@ def prepare_llama(checkpoint: Path, work: Path, llama_dir: str | None, threads: 
     source, reason = llamacpp.converter_dir(llama_dir)
     if why or source is None:
         return {}, {}, why or reason
-    paths = {"F32": llamacpp.convert(checkpoint, work / "model-F32.gguf", source)}
-    for fmt_name in llamacpp.FORMATS[1:]:
-        paths[fmt_name] = llamacpp.quantize(paths["F32"], work / f"model-{fmt_name}.gguf", fmt_name, threads)
+    try:
+        paths = {"F32": llamacpp.convert(checkpoint, work / "model-F32.gguf", source)}
+        for fmt_name in llamacpp.FORMATS[1:]:
+            paths[fmt_name] = llamacpp.quantize(paths["F32"], work / f"model-{fmt_name}.gguf", fmt_name, threads)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        return {}, {}, f"no GGUF file ({type(exc).__name__}: {exc})"
     vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
     per_token = {f: weight_bytes_per_token(llamacpp.gguf_tensor_bytes(p, source), "token_embd.weight", vocab,
                                            "output.weight") for f, p in paths.items()}
