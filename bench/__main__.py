@@ -50,6 +50,9 @@ BENCHMARKS = [
      "Sample efficiency: best latency versus trials against MetaSchedule tune_tir"),
     ("layer", "bench.layer",
      "End to end: the Qwen3-0.6B layer per stage against PyTorch eager, torch.compile, ONNX Runtime and MetaSchedule"),
+    ("generate", "bench.generate",
+     "Whole-model generation: Qwen3-0.6B decode and time to first token against transformers eager, llama.cpp "
+     "(F32, Q8_0, Q4_0) and each format's roofline"),
     ("cost_model", None, "Cost model: held-out-workload ranking metrics against TenSet's published XGBoost"),
     ("later_compile", "bench.later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"),
     ("extraction", "bench.extraction",

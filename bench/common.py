@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -132,6 +133,18 @@ def bench_parser(module: str, description: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f"python -m bench.{module}", description=description, allow_abbrev=False)
 
 
+def check_model_option(parser: argparse.ArgumentParser, model: str | None) -> None:
+    """``parser.error`` (exit 2) naming the problem unless ``model`` (``--model``) is None or a model
+    :func:`extract.check_model` takes."""
+    if model:
+        from extract import ModelImportError, check_model
+
+        try:
+            check_model(model)
+        except ModelImportError as exc:
+            parser.error(f"--model: {exc}")
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -238,6 +251,19 @@ def variants_for(bytes_per_set: int, floor_bytes: int = 64 << 20) -> int:
     This is STREAM's sizing rule (arrays of at least 4x the cache, here summed over the sets) applied to weights.
     """
     return max(1, -(-floor_bytes // max(bytes_per_set, 1)))
+
+
+def print_result(result: BenchResult, as_json: bool) -> None:
+    """Print a benchmark module's result: one JSON object (``--json``, what ``python -m bench`` reads), else its
+    rows and notes as lines of text."""
+    if as_json:
+        print(json.dumps(result.to_json()))
+        return
+    for row in result.rows:
+        print(f"{row.what}: ours {fmt(row.ours)}, {row.anchor_name} {fmt(row.anchor)}, ratio {fmt(row.ratio)} "
+              f"({row.goal}, met: {row.met})")
+    for note in result.notes:
+        print(note)
 
 
 def fmt(value: float | None, digits: int = 3) -> str:

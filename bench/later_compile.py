@@ -42,14 +42,13 @@ minutes on one tiny stage on 2 cores), so the goals are not judged.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 import time
 
-from .common import BenchResult, Row, bench_parser, fmt, positive_int, ratio_row
+from .common import BenchResult, Row, bench_parser, positive_int, print_result, ratio_row
 
 NAME, TITLE = "later_compile", "Later compile: Qwen3-1.7B on a warm database against MetaSchedule"
 
@@ -299,14 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                                    ("cold_trials", args.cold_trials)) if v is not None}
     result = run(quick=args.quick, repeat=args.repeat, overrides=overrides)
     result.command = "python -m bench.later_compile " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.json:
-        print(json.dumps(result.to_json()))
-    else:
-        for row in result.rows:
-            print(f"{row.what}: ours {fmt(row.ours)}, {row.anchor_name} {fmt(row.anchor)}, ratio {fmt(row.ratio)} "
-                  f"({row.goal}, met: {row.met})")
-        for note in result.notes:
-            print(note)
+    print_result(result, args.json)
     return 0
 
 

@@ -57,7 +57,7 @@ from functools import partial
 import numpy as np
 import tvm
 
-from .common import BenchResult, Row, bench_parser, fmt, positive_int, ratio_row
+from .common import BenchResult, Row, bench_parser, check_model_option, fmt, positive_int, ratio_row
 from .tuning import metaschedule_builder
 
 STAGES = ("prefill", "prefill-kv", "decode")
@@ -320,13 +320,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="skip the decode timing with the weights evicted before each call")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
-    if args.model:
-        from extract import ModelImportError, check_model
-
-        try:
-            check_model(args.model)
-        except ModelImportError as exc:
-            parser.error(f"--model: {exc}")
+    check_model_option(parser, args.model)
     return args
 
 

@@ -142,6 +142,20 @@ class GeneratingModel:
         logits = _single(head.call(last, *self._weights(head, 0)))
         return logits.numpy().reshape(-1)
 
+    def step(self, token: int, pos: int, caches: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """One decode step: ``token`` at position ``pos`` over cache rows ``[0, pos]``; float32 logits ``[vocab]``.
+
+        Writes the token's keys and values into row ``pos`` of ``caches`` (:meth:`new_cache`);
+        the rows before it are taken as they are. A benchmark times decode at a fixed cache
+        length by calling it again at the same ``pos``.
+
+        Raises
+        ------
+        ValueError
+            ``pos + 1`` outside ``1..max_len``.
+        """
+        return self._forward(np.array([token], dtype=np.int64), pos, caches)
+
     # --- generation ---------------------------------------------------------------------------
 
     def new_cache(self) -> tuple[np.ndarray, np.ndarray]:
