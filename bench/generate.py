@@ -12,8 +12,8 @@ every contender, each in a process of its own on the same thread count
   longest length timed; each kernel's schedule is chosen through the tuning database as
   ``tune run`` chooses it (:func:`tuner.generate.tuned.tune_programs`), with ``--trials``
   measurements per workload (default 0: none measured, every schedule is the cost
-  model's pick, the database starting from the shipped pretrained cost model as a
-  layer's ``tune run`` does);
+  model's pick, the empty database's run starting from the shipped pretrained cost
+  model);
 - **PyTorch eager**: transformers' model of the checkpoint (SDPA attention, its default);
 - **llama.cpp F32, Q8_0, Q4_0**: the checkpoint converted by llama.cpp's own converter
   and quantized by llama.cpp (:mod:`bench.llamacpp`); "not installed" rows when
@@ -123,11 +123,8 @@ def build_ours(checkpoint: Path, max_len: int, trials: int, seed: int, work: Pat
     Returns the artifact directory and a description: ``build`` (how the schedules were
     chosen), the sources of the kernels' schedules, and import, choice and compile seconds.
     """
-    from database import open_database
     from measure.protocol import MeasureConfig
     from tuner.cost_model.shipped import load_shipped, pretrained_path
-    from tuner.cost_model.store import load_warm_model
-    from tuner.cost_model.xgb import FEATURE_VERSION
     from tuner.generate.buckets import default_buckets
     from tuner.generate.build import build_artifact, export_shapes
     from tuner.generate.tuned import tune_programs
@@ -139,17 +136,8 @@ def build_ours(checkpoint: Path, max_len: int, trials: int, seed: int, work: Pat
     config = make_config(data, checkpoint)
     target = resolve_target()
     db_url = f"sqlite:///{work / 'tune.db'}"
-    db = open_database(db_url)
-    shipped = None
-    try:  # the shipped cost model, as a layer's `tune run` starts from it on a database without one
-        db.add_target(target.record)
-        path = pretrained_path()
-        shipped = load_shipped(path) if path is not None else None
-        if shipped is not None and load_warm_model(db, target.target_hash) is None:
-            db.save_cost_model(target.target_hash, FEATURE_VERSION, shipped.model.save(),
-                               int(shipped.info.get("records", 0)), {"shipped": shipped.describe()})
-    finally:
-        db.close()
+    path = pretrained_path()  # what the empty database's run starts from (tuner.cost_model.store.starting_model)
+    shipped = load_shipped(path) if path is not None else None
     shapes, import_s = export_shapes(config, default_buckets(max_len))
     start = time.perf_counter()
     tuned = tune_programs({key: prepared for key, (_, prepared) in shapes.items()}, target=target, seed=seed,
