@@ -46,7 +46,7 @@ from tvm import relax, te
 from measure.tvmapi import tirx
 
 from .imported import ImportedModel, ModelImportError, readonly, stable_hash
-from .quant import QuantizationError, QuantizedWeight, WeightFormat, format_nbytes, quantize
+from .quant import WEIGHT_DTYPES, QuantizationError, QuantizedWeight, WeightFormat, format_nbytes, quantize
 
 __all__ = ["CHECK_TOLERANCE", "QuantizedModel", "dequant_dense_te", "linear_weights", "quantize_model"]
 
@@ -96,7 +96,7 @@ class QuantizedModel:
         others = self.resident_bytes - sum(w.nbytes for w in self.weights.values())
         group = self.format.group_size or 32
         by_format = {}
-        for dtype in ("float32", "bfloat16", "int8", "int4"):
+        for dtype in WEIGHT_DTYPES:
             fmt = WeightFormat(dtype, group if dtype == "int4" else None)
             by_format[fmt.label] = others + sum(format_nbytes(*w.shape, fmt) for w in self.weights.values())
         return {"resident": self.resident_bytes, "float32": self.float_params_bytes,
