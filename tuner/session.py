@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -50,6 +50,7 @@ from .compile import (
     verify,
 )
 from .contender import Contenders
+from .cost_model.dataset import parse_kernel
 from .cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .cost_model.roofline import RooflineCostModel
 from .cost_model.store import save_model, starting_model
@@ -446,14 +447,24 @@ class TuneRun:
 
     @staticmethod
     def _workloads(db, graphs: list, known: dict[str, Kernel]) -> dict[str, Kernel]:
-        """The kernels of ``graphs`` not in ``known``, one per workload, recorded in the database."""
+        """The kernels of ``graphs`` not in ``known``, one per workload, recorded in the database.
+
+        A workload the database already holds is tuned on its stored kernel: a workload's
+        hash leaves out its blocks' names, which come from the program it was first seen
+        in (another model, or the same layer with other weights), and its stored traces
+        name the blocks as that kernel does.
+        """
         new: dict[str, Kernel] = {}
         for _, _, kernels in graphs:
             for k in kernels:
                 if k.workload.workload_hash not in known:
                     new.setdefault(k.workload.workload_hash, k)
-        for k in new.values():
-            db.add_workload(k.workload)
+        for wh, k in new.items():
+            stored = db.get_workload(wh)
+            if stored is None:
+                db.add_workload(k.workload)
+            elif stored.script != k.workload.script:
+                new[wh] = replace(k, func=parse_kernel(stored.script))
         return new
 
     def _add_repriced(self, db, model, example, exploration, graphs, cand_info, spaces, target_rec, trainer):
