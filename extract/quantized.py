@@ -25,7 +25,11 @@
   and gate/up merges, norm prologues, packed layouts) do not fire on these GEMMs; the
   rest of the layer (attention, softmax, SiLU) is rewritten as for float weights.
   Work on weights alone is therefore never formed around a quantized weight, so
-  :func:`tuner.compile.prepare_weights` lifts none of it.
+  :func:`tuner.compile.prepare_weights` lifts none of it. The kernel's pattern is
+  TVM's ``kOutEWiseFusable`` (``op_pattern`` 4), so FuseOps still fuses an elementwise
+  epilogue into it (the gate GEMM with the SiLU and the product with up). The kernels
+  are tuned from TVM's schedule space; the register-blocked and split-k seeds of float
+  GEMMs do not apply to them.
 - **Reference.** :meth:`ImportedModel.reference_outputs` of the returned model is the
   PyTorch module of the same config and seed in float64, its quantized weights replaced
   by their float64 dequantized values (:meth:`extract.quant.QuantizedWeight.dequantize`)
