@@ -112,3 +112,18 @@ def test_the_gemm_kernels_are_checked_on_random_weights_and_tunable(quantized):
         args = [tvm.runtime.tensor(a) for a in ref.arrays[:-1]] + [tvm.runtime.empty(ref.arrays[-1].shape, "float32")]
         lib["main"](*args)
         np.testing.assert_allclose(args[-1].numpy(), ref.arrays[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_the_candidate_checks_take_bfloat16_weights_at_any_address():
+    """NumPy's DLPack export refuses ml_dtypes' bfloat16: an aligned array (shared otherwise) is copied."""
+    import ml_dtypes
+
+    from extract.equivalence import _host_tensor
+
+    raw = np.zeros(64 * 4 + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    aligned = raw[start:start + 64 * 4].view(ml_dtypes.bfloat16).reshape(8, 16)
+    aligned[:] = np.arange(128, dtype=np.float32).reshape(8, 16)
+    assert aligned.ctypes.data % 64 == 0
+    tensor = _host_tensor(aligned)
+    assert str(tensor.dtype) == "bfloat16" and tensor.shape == (8, 16)
