@@ -64,7 +64,8 @@ def _host_tensor(array: np.ndarray) -> tvm.runtime.Tensor:
     writeable view of it (DLPack cannot mark a buffer read-only).
     """
     array = np.require(array, requirements="C")
-    if array.ctypes.data % _DLPACK_ALIGNMENT or not array.size:
+    # NumPy's DLPack export knows its own kinds only, not ml_dtypes' (bfloat16 weights): those are copied
+    if array.ctypes.data % _DLPACK_ALIGNMENT or not array.size or array.dtype.kind not in "biufc":
         return tvm.runtime.tensor(array)
     view = array.view()
     try:

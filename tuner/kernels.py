@@ -110,6 +110,9 @@ def kernels_of(fused: tvm.IRModule) -> list[Kernel]:
 def _random_input(shape, dtype: str, rng: np.random.Generator) -> np.ndarray:
     if dtype.startswith("float") or dtype.startswith("bfloat"):
         return rng.uniform(0.1, 1.0, size=shape).astype(dtype)
+    if dtype in ("int8", "uint8"):  # quantized weights (extract.quant): every value is valid
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, size=shape, dtype=dtype)
     if dtype == "bool":
         return np.zeros(shape, dtype=bool)
     return np.zeros(shape, dtype=dtype)
@@ -119,7 +122,8 @@ def kernel_reference(kernel: Kernel, seed: int = 0) -> KernelReference:
     """Fixed random inputs and the unscheduled kernel's outputs on them (host llvm).
 
     Floating-point inputs are uniform in [0.1, 1.0) (positive, so that rsqrt and
-    log stay finite); integer and boolean inputs are zeros (valid indices).
+    log stay finite); 8-bit integer inputs (quantized weights) uniform over their range;
+    other integer and boolean inputs are zeros (valid indices).
     """
     rng = np.random.default_rng(seed)
     func = kernel.func

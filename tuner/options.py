@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+WEIGHT_DTYPES = ("float32", "bfloat16", "int8", "int4")
+"""``--weights-dtype`` choices (:data:`extract.quant.WEIGHT_DTYPES`, kept equal by a test)."""
+GROUP_SIZES = (32, 128)
+"""``--group-size`` choices, int4 only (:data:`extract.quant.GROUP_SIZES`)."""
+DEFAULT_GROUP_SIZE = 32
+
 PEERS = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "onnxruntime")
 """Every peer's name (:mod:`tuner.peers`), the keys they take in ``tune run --json``'s ``latency_s``."""
 
@@ -48,6 +54,9 @@ class RunOptions:
     artifact_dir: str = "tune-artifacts"
     #: peers timed beside the tuned program (:mod:`tuner.peers`); ``()``: ``--no-peers``; one not installed is skipped
     peers: tuple[str, ...] = ("torch_compile", "onnxruntime")
+    #: the linear weights' format (:mod:`extract.quant`); ``group_size`` is int4's (default 32), None for the others
+    weights_dtype: str = "float32"
+    group_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.trials < 0:
@@ -62,6 +71,15 @@ class RunOptions:
             raise TuneError(f"--measure-top must be at least 1, got {self.measure_top}")
         if unknown := [p for p in self.peers if p not in PEERS]:
             raise TuneError(f"unknown peer {unknown[0]!r}; expected some of {', '.join(PEERS)}")
+        if self.weights_dtype not in WEIGHT_DTYPES:
+            raise TuneError(f"unsupported --weights-dtype {self.weights_dtype!r}; expected one of "
+                            f"{', '.join(WEIGHT_DTYPES)}")
+        if self.group_size is not None and self.weights_dtype != "int4":
+            raise TuneError(f"--group-size applies to --weights-dtype int4 only, not {self.weights_dtype}")
+        if self.weights_dtype == "int4" and self.group_size is None:
+            object.__setattr__(self, "group_size", DEFAULT_GROUP_SIZE)  # int4's default group
+        if self.weights_dtype == "int4" and self.group_size not in GROUP_SIZES:
+            raise TuneError(f"--group-size must be one of {', '.join(map(str, GROUP_SIZES))}, got {self.group_size}")
         for flag, value in (("--seq-len", self.seq_len), ("--kv-len", self.kv_len), ("--layers", self.layers)):
             if value < 1:
                 raise TuneError(f"{flag} must be at least 1, got {value}")

@@ -36,6 +36,20 @@ def peer_line(summary: RunSummary) -> str | None:
     return "; ".join(parts)
 
 
+def quantization_line(quant: dict) -> str:
+    """The weights' format and bytes, check (a) and what quantization costs against the float32 layer (check (b))."""
+    fmt = quant["weights_dtype"] + (f" group {quant['group_size']}" if quant["group_size"] else "")
+    size = quant["weight_bytes"]
+    line = (f"weights {fmt}: {size['resident'] / 1e6:.3f} MB resident ({size['ratio']:.3f}x float32's "
+            f"{size['float32'] / 1e6:.3f} MB); max abs error vs the float64 reference of the same quantized model "
+            f"{quant['reference_max_abs_error']:.2e} (tolerance {quant['check_tolerance']:g})")
+    cost = quant["vs_float32"]
+    if cost:
+        line += (f"; vs the float32 layer: max abs error {cost['max_abs_error']:.3g}, "
+                 f"relative {cost['max_rel_error']:.3g}")
+    return line
+
+
 def print_summary(summary: RunSummary, console: Console) -> None:
     """Print the kernel table (like MetaSchedule's) and the end-to-end comparison."""
     table = Table(title=f"session {summary.session_id}: {summary.model}")
@@ -72,6 +86,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     rewrites = ", ".join(summary.graph["rewrites"]) or "none (original program)"
     console.print(f"program: {summary.graph['term_hash'][:12]} rewrites: {rewrites}")
     console.print(f"artifact: {summary.artifact}  (max abs error vs reference {summary.max_abs_error:.2e})")
+    if summary.quantization:
+        console.print(quantization_line(summary.quantization), markup=False)
     console.print(f"measured this session: {summary.measured_trials} trials"
                   + (f", and {summary.confirm_measurements} re-measurements of the kernels' leaders"
                      if summary.confirm_measurements else ""))

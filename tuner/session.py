@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -33,6 +33,8 @@ from extract.config import dtype_note
 from extract.egraph import explore
 from extract.equivalence import CandidateMismatch, check_equivalent
 from extract.extraction import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S
+from extract.frontend import torch_module
+from extract.quant import WeightFormat, check_config
 from measure import LOCAL_KEY, MeasureConfig, parse_tracker, wait_for_key
 from measure.threads import physical_cores
 
@@ -48,6 +50,7 @@ from .compile import (
     verify,
 )
 from .contender import Contenders
+from .cost_model.dataset import parse_kernel
 from .cost_model.node_prices import KernelNodeCost, calibrated_roofline
 from .cost_model.roofline import RooflineCostModel
 from .cost_model.store import save_model, starting_model
@@ -115,6 +118,13 @@ class RunSummary:
     average while tuning and while timing, and the cores the run may use.
     ``memory`` is :meth:`tuner.memory.MemorySampler.report`: the run's peak memory
     (bytes, this process and the processes it started) beside its weights' bytes.
+    ``quantization`` (None for float32 weights) tells a run with ``--weights-dtype``: the format
+    (``weights_dtype``, ``group_size``), ``weight_bytes``
+    (:meth:`extract.quantized.QuantizedModel.weight_bytes`: resident bytes of the run's weights,
+    scales included, beside float32 and every format's), ``reference_max_abs_error`` (check (a):
+    the program against the float64 reference of the same quantized model, within
+    ``check_tolerance``; ``max_abs_error`` is the same figure) and ``vs_float32`` (check (b), not
+    a pass/fail: :meth:`extract.quantized.QuantizedModel.cost` of the fastest program's outputs).
     ``tvm_default`` says where ``latency_s["tvm_default"]`` comes from: ``session_id``
     of the session that timed TVM's default build and ``reused`` (true when an earlier
     session's timing stored in the database was reused, not timed again).
@@ -139,6 +149,7 @@ class RunSummary:
     load_average: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     tvm_default: dict = field(default_factory=dict)
+    quantization: dict | None = None
 
     def as_json(self) -> dict:
         """The summary as plain JSON values (what ``--json`` prints)."""
@@ -208,6 +219,7 @@ class TuneRun:
         self._phase = "prepare"  # "prepare", "tune" or "finish": what a stop signal lets complete
         self._tuning_load = LoadSampler()
         self._timing_load = LoadSampler()
+        self._quant = None  # the QuantizedModel of a run with --weights-dtype
 
     def run(self) -> RunSummary:
         """Tune, compile, verify and time; see the module docstring.
@@ -252,6 +264,13 @@ class TuneRun:
         source = check_model(o.model, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers)
         if source.config and (note := dtype_note(source.config)):
             self.progress.note(note)
+        fmt = None
+        if o.weights_dtype != "float32":
+            if source.kind != "config":
+                raise TuneError(f"--weights-dtype {o.weights_dtype} needs a config model: an ONNX file has no "
+                                "PyTorch module to check the quantized program against")
+            fmt = WeightFormat(o.weights_dtype, o.group_size)
+            check_config(fmt, source.config)
         try:
             db = open_database(o.db)
         except DatabaseError as exc:  # name the option, as the reading commands do
@@ -261,12 +280,25 @@ class TuneRun:
                 with self.progress.status("importing the model"):
                     model = import_model(source, stage=o.stage, seq_len=o.seq_len, kv_len=o.kv_len, layers=o.layers,
                                          seed=o.seed)
+                if fmt is not None:
+                    model = self._quantize(model, source, fmt)
                 self._check_stop()
                 summary = self._run(db, source, model, target)
             summary.memory = memory.report(sum(p.nbytes for p in model.params))
             return summary
         finally:
             db.close()
+
+    def _quantize(self, model, source, fmt: WeightFormat):
+        """``model`` with its linear weights in ``fmt`` (:func:`extract.quantized.quantize_model`), kept for the
+        summary."""
+        from extract.quantized import quantize_model
+
+        o = self.opts
+        with self.progress.status(f"quantizing the linear weights to {fmt.label}"):
+            self._quant = quantize_model(model, fmt, partial(torch_module, source, stage=o.stage, seq_len=o.seq_len,
+                                                             kv_len=o.kv_len, layers=o.layers, seed=o.seed))
+        return self._quant.model
 
     def _run(self, db, source, model, target) -> RunSummary:
         o = self.opts
@@ -347,7 +379,7 @@ class TuneRun:
             # the last worker may have been lost in the last batch: say so rather than fail inside the timing
             wait_for_key(tracker, key, timeout_s=min(o.device_wait_s, o.timeout_s))
             default = self._stored_default(db, model, target_rec)
-            timed, latency, artifact, err, peers = self._compile_and_time(
+            timed, latency, artifact, err, peers, outputs = self._compile_and_time(
                 model, target.target, ranked[:o.measure_top], spaces, choices, tracker, key, session_id, default)
             if default is None:
                 db.add_program_timing(ProgramTimingRecord(model.model_hash, target_rec.target_hash, TVM_DEFAULT,
@@ -381,7 +413,18 @@ class TuneRun:
             peers=peers,
             load_average=load_report(self._tuning_load, self._timing_load),
             tvm_default=default_from,
+            quantization=self._quantization(err, outputs),
         )
+
+    def _quantization(self, err: float, outputs) -> dict | None:
+        """:attr:`RunSummary.quantization` of the fastest program (``err``: check (a), ``outputs``: its outputs)."""
+        q = self._quant
+        if q is None:
+            return None
+        from extract.quantized import CHECK_TOLERANCE
+
+        return {"weights_dtype": q.format.dtype, "group_size": q.format.group_size, "weight_bytes": q.weight_bytes(),
+                "reference_max_abs_error": err, "check_tolerance": CHECK_TOLERANCE, "vs_float32": q.cost(outputs)}
 
     def _add_candidate(self, db, model, example, cand, graphs: list, cand_info: list) -> bool:
         """Check ``cand`` against the original; when it matches, lower it and append it to ``graphs``."""
@@ -404,14 +447,24 @@ class TuneRun:
 
     @staticmethod
     def _workloads(db, graphs: list, known: dict[str, Kernel]) -> dict[str, Kernel]:
-        """The kernels of ``graphs`` not in ``known``, one per workload, recorded in the database."""
+        """The kernels of ``graphs`` not in ``known``, one per workload, recorded in the database.
+
+        A workload the database already holds is tuned on its stored kernel: a workload's
+        hash leaves out its blocks' names, which come from the program it was first seen
+        in (another model, or the same layer with other weights), and its stored traces
+        name the blocks as that kernel does.
+        """
         new: dict[str, Kernel] = {}
         for _, _, kernels in graphs:
             for k in kernels:
                 if k.workload.workload_hash not in known:
                     new.setdefault(k.workload.workload_hash, k)
-        for k in new.values():
-            db.add_workload(k.workload)
+        for wh, k in new.items():
+            stored = db.get_workload(wh)
+            if stored is None:
+                db.add_workload(k.workload)
+            elif stored.script != k.workload.script:
+                new[wh] = replace(k, func=parse_kernel(stored.script))
         return new
 
     def _add_repriced(self, db, model, example, exploration, graphs, cand_info, spaces, target_rec, trainer):
@@ -502,13 +555,15 @@ class TuneRun:
         slows each contender alike; each figure is the median of its repeats. The
         1-minute load average is sampled meanwhile.
 
-        Returns ``(timed, latency, artifact, max_abs_error, peers)``: ``timed`` pairs each
+        Returns ``(timed, latency, artifact, max_abs_error, peers, outputs)``: ``timed`` pairs each
         program's candidate with its measured seconds; ``latency`` holds the fastest
         one's (``tuned``), the default build's, PyTorch eager's and every peer's seconds
         (None for a peer not timed; and, when the default build was timed now, its repeat
         times as ``tvm_default_times_s``); the artifact is the fastest program's library
         (the others are removed); ``peers`` is each built peer's
-        :meth:`tuner.contender.ContenderResult.as_json`.
+        :meth:`tuner.contender.ContenderResult.as_json`; ``outputs`` the fastest program's outputs.
+        With quantized weights the reference is the float64 one of the same quantized model and
+        the tolerance :data:`extract.quantized.CHECK_TOLERANCE`.
 
         Raises
         ------
@@ -567,7 +622,12 @@ class TuneRun:
                 self.progress.note(f"{what} takes {run.median_s:.3g} s a call: timed {len(run.times_s)} times, "
                                    f"not {o.repeat}")
         reference = reference or default.outputs  # a stored default comes with a reference
-        errors = [verify(run.outputs, reference) for _, run in timed_now]
+        if self._quant is not None:
+            from extract.quantized import CHECK_TOLERANCE
+
+            errors = [verify(run.outputs, reference, CHECK_TOLERANCE, CHECK_TOLERANCE) for _, run in timed_now]
+        else:
+            errors = [verify(run.outputs, reference) for _, run in timed_now]
         fastest = min(range(len(runs)), key=lambda i: runs[i].median_s)
         for i, path in enumerate(paths):
             if i != fastest:
@@ -582,12 +642,17 @@ class TuneRun:
         latency.update({name: r.median_s for name, r in peers.results.items()})
         if isinstance(default, ProgramRun):
             latency["tvm_default_times_s"] = default.times_s
-        return timed, latency, paths[fastest], errors[fastest], [r.as_json() for r in peers.results.values()]
+        return (timed, latency, paths[fastest], errors[fastest], [r.as_json() for r in peers.results.values()],
+                runs[fastest].outputs)
 
     def _peer_builds(self, model) -> dict:
         """The builds of the peers ``--peers`` names that are installed, for a model with a PyTorch module."""
         o = self.opts
         if not model.has_torch:
+            return {}
+        if self._quant is not None:
+            if any(name != "torch_eager" and installed(name) for name in o.peers):
+                self.progress.note("the peers run float32 weights: not timed beside a quantized program")
             return {}
         threads = physical_cores()
         return {name: partial(layer_peer, name, o.model, o.stage, o.seq_len, o.kv_len, o.layers, o.seed, threads)

@@ -42,9 +42,15 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         (["qwen3-tiny", "--tracker", "127.0.0.1:notaport"], ["127.0.0.1:notaport"]),
         (["qwen3-tiny", "--tracker", "127.0.0.1:1"], ["127.0.0.1:1"]),
         (["qwen3-tiny", "--target", '{"kind": "no-such-kind"}'], ["no-such-kind"]),
+        (["qwen3-tiny", "--weights-dtype", "fp8"], ["unsupported --weights-dtype 'fp8'", "int4"]),
+        (["qwen3-tiny", "--weights-dtype", "int8", "--group-size", "32"], ["--group-size", "int4 only"]),
+        (["qwen3-tiny", "--group-size", "32"], ["--group-size", "int4 only", "float32"]),
+        (["qwen3-tiny", "--weights-dtype", "int4", "--group-size", "64"], ["--group-size must be one of 32, 128"]),
+        (["qwen3-tiny", "--whole-model", "--weights-dtype", "int8"], ["--weights-dtype", "--whole-model"]),
     ],
     ids=["unknown-model", "missing-onnx", "negative-trials", "zero-seq-len", "bad-stage", "malformed-tracker",
-         "unreachable-tracker", "bad-target"],
+         "unreachable-tracker", "bad-target", "weights-dtype", "group-size-int8", "group-size-float32",
+         "group-size-64", "weights-dtype-whole-model"],
 )
 def test_bad_input_is_one_line(tmp_path, args, needles):
     proc = tune("run", *args, "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
@@ -55,6 +61,19 @@ def test_malformed_onnx_file(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"this is not a protobuf")
     proc = tune("run", "bad.onnx", "-q", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
     assert_one_line_error(proc, "bad.onnx")
+
+
+def test_a_group_size_that_does_not_divide_k_creates_no_database(tmp_path):
+    proc = tune("run", "qwen3-tiny", "-q", "--weights-dtype", "int4", "--group-size", "128", "--db",
+                f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert_one_line_error(proc, "--group-size 128 does not divide K=64")
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_quantized_weights_need_a_config_model(tmp_path, mlp_onnx):
+    proc = tune("run", str(mlp_onnx), "-q", "--weights-dtype", "int8", "--db", f"sqlite:///{tmp_path}/t.db",
+                cwd=tmp_path)
+    assert_one_line_error(proc, "--weights-dtype int8 needs a config model")
 
 
 def test_unwritable_database_path(tmp_path):

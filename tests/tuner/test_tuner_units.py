@@ -240,3 +240,42 @@ def test_a_slow_program_is_timed_fewer_times():
     assert program_repeats(MeasureConfig(number=4, repeat=10), 1.0, budget_s=30.0) == 7  # calls, not repeats
     # repeats long only because min_repeat_ms asks it are kept: the user asked for them
     assert program_repeats(MeasureConfig(number=1, repeat=1000, min_repeat_ms=100), 0.001) == 1000
+
+
+def test_a_stored_workload_is_tuned_on_its_stored_kernel_whose_traces_name_its_blocks(tmp_path):
+    """Two programs sharing a kernel whose blocks they name differently (the names come from each program's
+    variables): one workload, and a trace recorded on the first replays in the second run."""
+    from tvm import relax, te
+
+    from database import open_database
+    from tuner.session import TuneRun
+
+    def dense(x, w, name):
+        k = te.reduce_axis((0, 64), name="k")
+        return te.compute((4, 32), lambda i, j: te.sum(x[i, k] * w[j, k], axis=k), name=name)
+
+    def kernel(name):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType((4, 64), "float32"))
+        w = relax.Var("w", relax.TensorType((32, 64), "float32"))
+        with bb.function("main", [x, w]):
+            with bb.dataflow():
+                out = bb.emit_output(bb.emit_te(dense, x, w, name))
+            bb.emit_func_output(out)
+        (k,) = kernels_of(lower_to_kernels(bb.get()))
+        return k
+
+    first, second = kernel("lv11_dense"), kernel("lv9_dense")
+    assert first.workload.workload_hash == second.workload.workload_hash
+    target = make_target({"kind": "llvm", "num-cores": 2})
+    sampled = ScheduleSpace(first.func, first.workload.workload_hash, target).sample(1)[0]
+    db = open_database(f"sqlite:///{tmp_path}/t.db")
+    try:
+        TuneRun._workloads(db, [(None, None, [first])], {})
+        (again,) = TuneRun._workloads(db, [(None, None, [second])], {}).values()
+    finally:
+        db.close()
+    assert "lv11_dense" in again.func.script()
+    ScheduleSpace(again.func, again.workload.workload_hash, target).replay(sampled.record)
+    with pytest.raises(Exception, match="lv11_dense"):  # what happened before: the run's own kernel
+        ScheduleSpace(second.func, second.workload.workload_hash, target).replay(sampled.record)

@@ -76,12 +76,23 @@ def run_command(
     weights: Annotated[str | None, typer.Option(
         "--weights", help="With --whole-model: a local checkpoint directory as save_pretrained writes it (config.json "
         "and *.safetensors) instead of random weights.")] = None,
+    weights_dtype: Annotated[str, typer.Option(
+        "--weights-dtype", help="Format of the linear weights (q/k/v/o, gate/up/down), quantized by rounding to "
+        "nearest when the model loads: float32, bfloat16 (float32 compute), int8 (per output channel, symmetric) or "
+        "int4 (group-wise along K, symmetric); norms stay float32.")] = "float32",
+    group_size: Annotated[int | None, typer.Option(
+        "--group-size", help="With --weights-dtype int4: weights per scale along K, 32 (default) or 128.")] = None,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="Print nothing but errors and the --json output.")] = False,
 ) -> None:
     """Tune a model's kernels, compile the fastest program, verify it and time it."""
     if whole_model or weights is not None:
         from measure import MeasureConfig
+
+        from .errors import fail
+
+        if weights_dtype != "float32" or group_size is not None:
+            fail("--weights-dtype and --group-size apply to a layer run, not to --whole-model or --weights")
 
         from .whole import whole_model_command
 
@@ -100,7 +111,8 @@ def run_command(
         min_repeat_ms=min_repeat_ms, cold_bytes=cold_bytes, timeout_s=timeout, max_candidates=candidates,
         reprice=reprice, measure_top=measure_top, retime_default=retime_default, batch_size=batch_size,
         confirm_top=confirm_top, seed=seed, artifact_dir=artifact_dir, peers=RunOptions.peers if peers else (),
-        max_cv=max_cv, device_wait_s=device_wait, retries=retries,
+        max_cv=max_cv, device_wait_s=device_wait, retries=retries, weights_dtype=weights_dtype,
+        group_size=group_size,
     )
     if tracker is None:
         from measure import tracker_from_env
