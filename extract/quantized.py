@@ -106,7 +106,6 @@ class QuantizedModel:
         return {"resident": self.resident_bytes, "float32": self.float_params_bytes,
                 "ratio": self.resident_bytes / self.float_params_bytes, "by_format": by_format}
 
-
     def cost(self, outputs: tuple[np.ndarray, ...]) -> dict:
         """What quantization costs: ``outputs`` (a program's, one per output of ``main``) against the float32
         PyTorch model's (:attr:`float_reference`).

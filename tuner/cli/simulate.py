@@ -85,9 +85,9 @@ def simulate_command(
         scope += f"; {len(unseen)} of them unseen by the shipped model, the only ones replayed"
         extra["shipped_unseen_workloads"] = len(unseen)
         pools = unseen
-    runs = replay_curves(pools, grid, seeds=seeds, trials=max(trials or 0, max(len(p.latency_s) for p in pools)),
-                         warm_base=base, shipped=shipped)
-    shown = trials or max(len(p.latency_s) for p in pools)
+    largest = max(len(p.latency_s) for p in pools)  # every replay has found every best by then
+    runs = replay_curves(pools, grid, seeds=seeds, trials=max(trials or 0, largest), warm_base=base, shipped=shipped)
+    shown = trials or largest
     curves = {name: [float(v) for v in c.mean(axis=(0, 1))[:shown]] for name, c in runs.items()}
     within = trials_to_within_table(runs, pools)
     if as_json:

@@ -179,15 +179,6 @@ def replay_curves(pools: list[ReplayPool], strategies: list[tuple[str, int, floa
     return out
 
 
-def simulate(pools: list[ReplayPool], strategies: list[tuple[str, int, float]], seeds: int = 3,
-             trials: int | None = None, warm_base: XGBCostModel | None = None,
-             shipped: XGBCostModel | None = None) -> dict[str, list[float]]:
-    """Mean best-so-far curves (index t-1 = after t trials) per strategy: :func:`replay_curves` averaged
-    over seeds and pools. Raises as :func:`replay_curves` does."""
-    curves = replay_curves(pools, strategies, seeds, trials, warm_base, shipped)
-    return {name: [float(v) for v in c.mean(axis=(0, 1))] for name, c in curves.items()}
-
-
 def trials_to_within(curves: np.ndarray, tolerance: float = TOLERANCE) -> np.ndarray:
     """Per pool, the trials needed to find a candidate within ``tolerance`` of the pool's best, mean over seeds.
 
